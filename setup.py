@@ -1,0 +1,31 @@
+"""deepnmt: Admin, DeepNorm, T-Fixup and Pre-LN deep Transformers as a fairseq plugin.
+
+Install with ``bash scripts/install.sh`` (it installs torch and fairseq-fixed first, in the order
+their builds need); ``pip install --no-build-isolation -e .`` alone works once those are present.
+"""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="deepnmt",
+    version="0.1.0",
+    description="Deep Transformer recipes (Admin, DeepNorm, T-Fixup, Pre-LN) for fairseq NMT",
+    packages=find_packages(include=["deepnmt_plugin", "deepnmt_plugin.*"]),
+    python_requires=">=3.9",
+    install_requires=[
+        # torch is left unpinned so a CUDA build already installed is kept; scripts/install.sh
+        # installs torch==2.13.0 only when none is present.
+        "torch",
+        # fairseq 0.12.2 does not import on Python 3.11; fairseq-fixed is the same code, fixed.
+        "fairseq-fixed==0.12.3.1",
+        # fairseq uses np.float / np.compat, removed in numpy 2.
+        "numpy<2",
+        "sacrebleu>=2.3",
+        "sacremoses>=0.1",
+        "sentencepiece",
+        "subword-nmt",
+        "regex",
+    ],
+    extras_require={"test": ["pytest"]},
+    entry_points={"console_scripts": ["deepnmt-user-dir=deepnmt_plugin.cli:print_user_dir"]},
+)

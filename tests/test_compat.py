@@ -1,0 +1,71 @@
+"""torch >= 2.6 weights-only loading: fairseq checkpoints load, anything else is refused clearly."""
+
+import os
+
+import pytest
+import torch
+from fairseq import checkpoint_utils
+
+from conftest import TINY_DIMS, USER_DIR, fairseq_cli
+from deepnmt_plugin.compat import UnsafeCheckpointError
+
+
+class Payload:
+    """Pickles as a call to os.system: what a malicious checkpoint smuggles in."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(toy_data, tmp_path_factory):
+    save_dir = tmp_path_factory.mktemp("compat")
+    fairseq_cli(
+        "fairseq-train", toy_data, "--user-dir", USER_DIR, "--arch", "transformer_deepnorm_iwslt_de_en",
+        "--cpu", *TINY_DIMS, "--encoder-layers", 1, "--decoder-layers", 1, "--optimizer", "adam",
+        "--lr", "1e-3", "--max-tokens", 1500, "--max-update", 3, "--save-dir", save_dir,
+    )
+    return save_dir / "checkpoint_last.pt"
+
+
+def test_fairseq_checkpoint_needs_only_the_allowlisted_globals(checkpoint):
+    assert torch.serialization.get_unsafe_globals_in_checkpoint(checkpoint) == []  # none left unallowed
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))
+    assert state["cfg"].model.arch == "transformer_deepnorm_iwslt_de_en"
+
+
+def test_weights_only_stays_on(checkpoint):
+    """The plugin allowlists globals; it does not switch weights-only loading off."""
+    assert torch.load(checkpoint, map_location="cpu")["cfg"]["model"].arch  # Namespace is allowed
+    with pytest.raises(Exception, match="GLOBAL posix.system"):
+        torch.load(_malicious(checkpoint.parent / "plain.pt", checkpoint.parent / "never"))
+
+
+def _malicious(path, marker):
+    torch.save({"model": {}, "args": None, "cfg": Payload(marker)}, path)
+    return path
+
+
+def test_smuggled_global_is_refused_in_process(tmp_path):
+    marker = tmp_path / "code-ran"
+    path = _malicious(tmp_path / "evil.pt", marker)
+    with pytest.raises(UnsafeCheckpointError) as error:
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    message = str(error.value)
+    assert str(path) in message and "posix.system" in message and "\n" not in message
+    assert not marker.exists()
+
+
+def test_smuggled_global_is_refused_by_fairseq_generate(toy_data, tmp_path):
+    marker = tmp_path / "code-ran"
+    path = _malicious(tmp_path / "evil.pt", marker)
+    result = fairseq_cli(
+        "fairseq-generate", toy_data, "--user-dir", USER_DIR, "--path", path, "--cpu", check=False,
+    )
+    assert result.returncode != 0
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert "UnsafeCheckpointError: refusing to load checkpoint" in last_line and "posix.system" in last_line
+    assert not marker.exists()

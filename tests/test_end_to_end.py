@@ -1,0 +1,54 @@
+"""Real entry points: fairseq-preprocess -> fairseq-train --user-dir -> fairseq-generate, and resume."""
+
+import re
+
+import pytest
+from fairseq import checkpoint_utils
+
+from conftest import TINY_DIMS, USER_DIR, fairseq_cli
+
+RECIPES = {
+    # Pre-LN and DeepNorm with a short warmup; T-Fixup without warmup, on its own schedule
+    "transformer_preln_iwslt_de_en": ["--lr", "2e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "50"],
+    "transformer_deepnorm_iwslt_de_en": ["--lr", "2e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "50"],
+    "transformer_tfixup_iwslt_de_en": ["--lr", "1e-3", "--lr-scheduler", "inverse_sqrt_nowarmup"],
+}
+
+
+def train(data, save_dir, arch, max_update, *extra):
+    result = fairseq_cli(
+        "fairseq-train", data, "--user-dir", USER_DIR, "--arch", arch, "--cpu", *TINY_DIMS,
+        "--encoder-layers", 3, "--decoder-layers", 3, "--share-all-embeddings", "--dropout", 0.1,
+        "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", *RECIPES[arch],
+        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", 0.1,
+        "--max-tokens", 1500, "--max-update", max_update, "--seed", 1,
+        "--save-dir", save_dir, "--no-epoch-checkpoints", "--validate-interval", 100,
+        "--log-format", "simple", "--log-interval", 50, *extra,
+    )
+    return result.stdout + result.stderr
+
+
+def logged_losses(log):
+    return [float(v) for v in re.findall(r"train_inner \|.* loss=([\d.]+),", log)]
+
+
+@pytest.mark.parametrize("arch", list(RECIPES))
+def test_train_generate_resume(arch, toy_data, tmp_path):
+    save_dir = tmp_path / "checkpoints"
+    log = train(toy_data, save_dir, arch, 300)
+    losses = logged_losses(log)
+    assert len(losses) == 6, log[-2000:]
+    assert losses[-1] < 0.5 * losses[0], f"loss did not go down: {losses}"
+
+    generated = fairseq_cli(
+        "fairseq-generate", toy_data, "--user-dir", USER_DIR, "--path", save_dir / "checkpoint_last.pt",
+        "--beam", 4, "--cpu", "--quiet", cwd=tmp_path,
+    ).stdout
+    bleu = float(re.search(r"BLEU4 = ([\d.]+)", generated).group(1))
+    assert bleu > 50, generated
+
+    resumed = train(toy_data, save_dir, arch, 320)
+    assert re.search(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ 300 updates\)", resumed), resumed[-2000:]
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(save_dir / "checkpoint_last.pt"))
+    assert state["optimizer_history"][-1]["num_updates"] == 320
+    assert state["cfg"].model.deep_method == arch.split("_")[1]
