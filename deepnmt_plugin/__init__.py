@@ -8,6 +8,6 @@ from deepnmt_plugin import compat
 
 compat.install()
 
-from deepnmt_plugin import models, optim  # noqa: E402,F401  (registers with fairseq)
+from deepnmt_plugin import models, optim, tasks  # noqa: E402,F401  (registers with fairseq)
 
 __version__ = "0.1.0"

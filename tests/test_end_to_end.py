@@ -47,8 +47,31 @@ def test_train_generate_resume(arch, toy_data, tmp_path):
     bleu = float(re.search(r"BLEU4 = ([\d.]+)", generated).group(1))
     assert bleu > 50, generated
 
+    if arch == "transformer_deepnorm_iwslt_de_en":
+        interactive = fairseq_cli(
+            "fairseq-interactive", toy_data, "--user-dir", USER_DIR, "--path", save_dir / "checkpoint_last.pt",
+            "--source-lang", "de", "--target-lang", "en", "--beam", 4, "--cpu",
+            stdin="katze sieht hund\nhaus rot malt baum\n",
+        ).stdout
+        hypotheses = re.findall(r"^H-\d+\t\S+\t(.*)$", interactive, re.M)
+        assert hypotheses == ["katze_en sieht_v hund_en", "rot_adj haus_en malt_v baum_en"], interactive
+
     resumed = train(toy_data, save_dir, arch, 320)
     assert re.search(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ 300 updates\)", resumed), resumed[-2000:]
     state = checkpoint_utils.load_checkpoint_to_cpu(str(save_dir / "checkpoint_last.pt"))
     assert state["optimizer_history"][-1]["num_updates"] == 320
     assert state["cfg"].model.deep_method == arch.split("_")[1]
+
+
+def test_contradictory_flags_stop_fairseq_train_with_one_line(toy_data, tmp_path):
+    result = fairseq_cli(
+        "fairseq-train", toy_data, "--user-dir", USER_DIR, "--arch", "transformer_deepnorm", "--cpu",
+        "--encoder-normalize-before", "--save-dir", tmp_path / "checkpoints", check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "deepnmt: error: --encoder-normalize-before contradicts --arch transformer_deepnorm: "
+        "deepnorm is a Post-LN layout; drop the flag"
+    )
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "checkpoints").exists()

@@ -5,7 +5,7 @@ import torch
 from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
-METHODS = ["preln", "deepnorm", "tfixup"]
+METHODS = ["preln", "deepnorm", "tfixup", "admin"]
 SIZES = {"": (512, 2048, 8), "_iwslt_de_en": (512, 1024, 4), "_big": (1024, 4096, 16)}
 
 
@@ -40,6 +40,8 @@ def test_forward_backward_reaches_every_parameter(method, build_model):
     """Every parameter gets a finite gradient: none is unused (DDP would fail on an unused one)."""
     model, _ = build_model(f"transformer_{method}_iwslt_de_en", "--encoder-layers", 4, "--decoder-layers", 4,
                            "--encoder-embed-dim", 64, "--decoder-embed-dim", 64, "--share-all-embeddings")
+    if method == "admin":
+        model.admin_initialized.fill_(True)  # as translation_admin does before training
     model.train()
     src = torch.randint(4, 30, (3, 9))
     prev = torch.randint(4, 30, (3, 7))

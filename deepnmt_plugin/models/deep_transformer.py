@@ -152,6 +152,14 @@ class DeepTransformerModel(TransformerModel):
         method_for(model.cfg).initialize(model)
         return model
 
+    def forward(self, *args, **kwargs):
+        if self.training and not getattr(self, "admin_initialized", True):
+            raise RuntimeError(
+                "transformer_admin trains with --task translation_admin, which sets omega before the "
+                "first update; this model's omega is still 1 (plain Post-LN)"
+            )
+        return super().forward(*args, **kwargs)
+
     @classmethod
     def build_encoder(cls, cfg, src_dict, embed_tokens):
         return DeepTransformerEncoder(TransformerConfig.from_namespace(cfg), src_dict, embed_tokens)
@@ -186,5 +194,5 @@ def register_deep_architectures(method_name: str) -> None:
         register_model_architecture("deep_transformer", arch)(architecture)
 
 
-for _name in ("preln", "deepnorm", "tfixup"):
+for _name in ("preln", "deepnorm", "tfixup", "admin"):
     register_deep_architectures(_name)

@@ -1,0 +1,3 @@
+"""Registers the deepnmt tasks."""
+
+from deepnmt_plugin.tasks import translation_admin  # noqa: F401

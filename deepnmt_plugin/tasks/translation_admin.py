@@ -1,0 +1,123 @@
+"""``--task translation_admin``: fairseq's translation task plus Admin's one-time omega initialisation.
+
+On a fresh ``fairseq-train`` start, when fairseq first asks for the training batch iterator, the task
+sets every omega of a ``transformer_admin`` model (profiling forward pass, analytic formula, or a
+Transformer-Clinic profile file) and marks the model initialised. That moment is after the model is
+built (and, with ``--fp16``, halved) and before the optimizer exists, so fp16 master weights and every
+optimizer copy start from the initialised omega. The flag is a buffer saved in every checkpoint:
+resuming never re-initialises, and ``fairseq-generate`` needs nothing but the checkpoint.
+"""
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+from fairseq import utils
+from fairseq.data import data_utils
+from fairseq.dataclass import ChoiceEnum
+from fairseq.tasks import register_task
+from fairseq.tasks.translation import TranslationConfig, TranslationTask
+from omegaconf import II
+
+from deepnmt_plugin.models.admin import profile_admin, set_analytic_omega, set_omega_from_file
+
+logger = logging.getLogger(__name__)
+
+PROFILE_JSON = "admin_profile.json"
+
+
+@dataclass
+class TranslationAdminConfig(TranslationConfig):
+    admin_init: ChoiceEnum(["profile", "analytic"]) = field(
+        default="profile",
+        metadata={"help": "how to set Admin's omega on a fresh start: profile a forward pass on "
+                          "training batches, or the O(log n) formula without data"},
+    )
+    admin_profile_batches: int = field(
+        default=1, metadata={"help": "training batches (per GPU) the profiling pass runs on"}
+    )
+    admin_profile_file: Optional[str] = field(
+        default=None,
+        metadata={"help": "read omega from a Transformer-Clinic profile.ratio.init instead of profiling"},
+    )
+    save_dir: str = II("checkpoint.save_dir")
+
+
+def concatenate_batches(samples, pad, left_pad_source, left_pad_target):
+    """One net_input holding every sentence of ``samples``, re-padded to the longest."""
+
+    def rows(key):
+        return [row[row.ne(pad)] for sample in samples for row in sample["net_input"][key]]
+
+    return {
+        "src_tokens": data_utils.collate_tokens(rows("src_tokens"), pad, left_pad=left_pad_source),
+        "src_lengths": torch.cat([s["net_input"]["src_lengths"] for s in samples]),
+        "prev_output_tokens": data_utils.collate_tokens(rows("prev_output_tokens"), pad, left_pad=left_pad_target),
+    }
+
+
+@register_task("translation_admin", dataclass=TranslationAdminConfig)
+class TranslationAdminTask(TranslationTask):
+    cfg: TranslationAdminConfig
+
+    def __init__(self, cfg: TranslationAdminConfig, src_dict, tgt_dict):
+        super().__init__(cfg, src_dict, tgt_dict)
+        if cfg.admin_profile_file and cfg.admin_init != "profile":
+            raise ValueError("--admin-profile-file replaces profiling; it cannot be combined with --admin-init analytic")
+        if cfg.admin_profile_batches < 1:
+            raise ValueError(f"--admin-profile-batches must be at least 1, got {cfg.admin_profile_batches}")
+        self.admin_model = None
+
+    def build_model(self, cfg, from_checkpoint=False):
+        model = super().build_model(cfg, from_checkpoint)
+        # Kept so the train iterator request below can initialise omega before the optimizer exists.
+        self.admin_model = model if hasattr(model, "admin_initialized") else None
+        return model
+
+    def get_batch_iterator(self, dataset, **kwargs):
+        model = self.admin_model
+        if model is not None and dataset is self.datasets.get(self.cfg.train_subset) and not model.admin_initialized:
+            self.initialize_admin(model, dataset, kwargs)
+        return super().get_batch_iterator(dataset, **kwargs)
+
+    def initialize_admin(self, model, dataset, iterator_kwargs):
+        if self.cfg.admin_profile_file:
+            report = {"mode": "file", "file": self.cfg.admin_profile_file,
+                      "omega": set_omega_from_file(model, self.cfg.admin_profile_file)}
+        elif self.cfg.admin_init == "analytic":
+            report = {"mode": "analytic", "omega": set_analytic_omega(model)}
+        else:
+            net_input = self.profiling_input(model, dataset, iterator_kwargs)
+            report = {"mode": "profile", "batches": self.cfg.admin_profile_batches,
+                      "sentences": len(net_input["src_lengths"]), "sublayers": profile_admin(model, net_input)}
+            report["omega"] = {side: [r["omega"] for r in records] for side, records in report["sublayers"].items()}
+        model.admin_initialized.fill_(True)
+        self.report_admin(report)
+
+    def profiling_input(self, model, dataset, iterator_kwargs):
+        """The first ``--admin-profile-batches`` batches of this rank's shard, as training will see them."""
+        kwargs = dict(iterator_kwargs, disable_iterator_cache=True)  # leave the trainer's cached iterator alone
+        batches = super().get_batch_iterator(dataset, **kwargs).next_epoch_itr(shuffle=True)
+        samples = [sample for _, sample in zip(range(self.cfg.admin_profile_batches), batches)]
+        net_input = concatenate_batches(samples, self.src_dict.pad(), self.cfg.left_pad_source, self.cfg.left_pad_target)
+        device = next(model.parameters()).device
+        return utils.apply_to_sample(lambda t: t.to(device), net_input)
+
+    def report_admin(self, report):
+        omega = report["omega"]
+        summary = ", ".join(
+            f"{side} {v[0]:.3f} .. {v[-1]:.3f}" if isinstance(v, list) else f"{side} {v:.3f}"
+            for side, v in omega.items()
+        )
+        logger.info(f"admin: omega initialised once by {report['mode']} ({summary})")
+        if not dist.is_initialized() or dist.get_rank() == 0:  # ranks hold identical omega
+            os.makedirs(self.cfg.save_dir, exist_ok=True)
+            path = os.path.join(self.cfg.save_dir, PROFILE_JSON)
+            with open(path, "w") as handle:
+                json.dump(report, handle, indent=1)
+            logger.info(f"admin: profile written to {path}")
+
