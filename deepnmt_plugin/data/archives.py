@@ -1,0 +1,83 @@
+"""The original corpus archives: finding them in --archives, downloading the missing ones, unpacking."""
+
+import gzip
+import lzma
+import os
+import shutil
+import tarfile
+import urllib.request
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from deepnmt_plugin.data.pipeline import DataPrepError
+
+# Raised by tarfile on a truncated, corrupt or non-tar file (gzip and xz errors come through unwrapped).
+BROKEN_ARCHIVE_ERRORS = (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile)
+
+
+def first_line(error: Exception) -> str:
+    """tarfile explains a failed "r:*" open over several lines, one per compression tried."""
+    return (str(error).splitlines() or [type(error).__name__])[0].rstrip(":")
+
+
+@dataclass(frozen=True)
+class Archive:
+    name: str  # the file name it is published under, looked for in --archives
+    url: str
+    members: Sequence[str] = ()  # the files the recipe reads from it
+
+
+def ensure_archives(archives: Sequence[Archive], folder: Path, download: bool) -> None:
+    """Download what is missing from ``folder`` (when allowed); raise, listing each file still missing
+    with its URL, before anything else is done."""
+    missing = [archive for archive in archives if not (folder / archive.name).is_file()]
+    failure = ""
+    for archive in list(missing) if download else []:
+        print(f"downloading {archive.url} ...", flush=True)
+        try:
+            download_file(archive.url, folder / archive.name)
+        except OSError as error:  # URLError, timeouts and refused connections are all OSErrors
+            failure = f"downloading {archive.url} failed ({error}); "
+            break
+        missing.remove(archive)
+    if missing:
+        listing = "".join(f"\n  {archive.name}  {archive.url}" for archive in missing)
+        raise DataPrepError(
+            f"{failure}missing in {folder} (nothing was done; put them there under these names, "
+            f"or rerun where the network allows):{listing}"
+        )
+
+
+def download_file(url: str, destination: Path) -> None:
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    partial = destination.with_name(destination.name + ".partial")
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response, open(partial, "wb") as out:
+            shutil.copyfileobj(response, out, 1 << 20)
+        os.replace(partial, destination)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def unpack_members(archive_path: Path, members: Sequence[str], destinations: Sequence[Path]) -> str:
+    """Copy the named files out of a tarball (names as listed by ``tar t``, a leading "./" ignored)."""
+    wanted = dict(zip(members, destinations))
+    try:
+        with tarfile.open(archive_path, "r:*") as tar:
+            for member in tar:
+                destination = wanted.get(member.name.removeprefix("./"))
+                if destination is not None and member.isfile():
+                    with tar.extractfile(member) as source, open(destination, "wb") as target:
+                        shutil.copyfileobj(source, target, 1 << 20)
+                    del wanted[member.name.removeprefix("./")]
+                    if not wanted:
+                        break
+    except BROKEN_ARCHIVE_ERRORS as error:
+        raise DataPrepError(
+            f"{archive_path} is corrupt or not a tar archive ({first_line(error)})"
+        ) from error
+    if wanted:
+        raise DataPrepError(f"{archive_path} lacks {', '.join(wanted)}: not the archive this recipe expects")
+    return f"{len(members)} files"

@@ -1,0 +1,228 @@
+"""Quickstart corpus: German-English pairs from the Ding dictionary (Debian package trans-de-en, GPL-2+).
+
+Its ``/usr/share/trans/de-en`` has one entry a line, ``German | ... :: English | ...``, the parts of
+both sides aligned by position; each part gives one pair (``DING.about`` below states the rules). Test
+and valid hold real example sentences only, so a quickstart model is scored on sentences, not words.
+"""
+
+import functools
+import io
+import itertools
+import re
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+from typing import Iterable, List, Optional
+
+from deepnmt_plugin.data import moses, recipes
+from deepnmt_plugin.data.archives import BROKEN_ARCHIVE_ERRORS
+from deepnmt_plugin.data.pipeline import DataPrepError, Step, read_lines, write_lines
+from deepnmt_plugin.data.recipes import SPLITS, Options, Recipe
+
+PACKAGE = "trans-de-en"
+DICTIONARY_MEMBER = "usr/share/trans/de-en"
+HELD_OUT_EVERY = 20  # test: sentences 20, 40, ...; valid: sentences 10, 30, ...
+# Pairs longer than this, or one side more than CLEAN_RATIO times the other (German compounds often
+# take several English words, so IWSLT's 1.5 would drop half the phrases), are dropped by clean-corpus-n.
+CLEAN_RATIO = 3
+MAX_TOKENS = 50
+ANNOTATION = re.compile(r"\{[^{}]*\}|\[[^\[\]]*\]|<[^<>]*>|\([^()]*\)|(?<!\S)/[^/\s]+/(?=[\s;,]|$)")
+SENTENCE = re.compile(r"[^\W\d_].*[.!?…][\"'“”’»«]?")
+
+
+def find_dictionary(folder: Path) -> Optional[Path]:
+    """The extracted ``de-en`` file, else the newest ``trans-de-en_*.deb``, in ``folder``."""
+    if (folder / "de-en").is_file():
+        return folder / "de-en"
+    packages = sorted(folder.glob(f"{PACKAGE}_*.deb"))
+    return packages[-1] if packages else None
+
+
+def ensure_dictionary(options: Options) -> None:
+    if find_dictionary(options.archives):
+        return
+    failure = ""
+    if options.download and shutil.which("apt-get"):
+        print(f"downloading {PACKAGE} with apt-get download ...", flush=True)
+        options.archives.mkdir(parents=True, exist_ok=True)
+        result = subprocess.run(
+            ["apt-get", "download", PACKAGE], cwd=options.archives, capture_output=True, text=True
+        )
+        if find_dictionary(options.archives):
+            return
+        reason = (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[-1]
+        failure = f"apt-get download {PACKAGE} failed ({reason}); "
+    raise DataPrepError(
+        f"{failure}missing in {options.archives} (nothing was done; put it there, or rerun where apt-get "
+        f"can download):\n  {PACKAGE}_<version>_all.deb  `apt-get download {PACKAGE}` "
+        f"(https://packages.debian.org/sid/{PACKAGE}), or the de-en file it installs as /{DICTIONARY_MEMBER}"
+    )
+
+
+def read_deb_member(deb: Path, member: str) -> bytes:
+    """A file of a .deb's data.tar.{xz,gz,bz2}: a .deb is an ar archive (debian-binary, control.tar.*,
+    data.tar.*), so neither dpkg nor root is needed."""
+    data = deb.read_bytes()
+    offset = 8  # after the "!<arch>\n" magic; each member is a 60-byte header, the data, padding to even
+    try:
+        if not data.startswith(b"!<arch>\n"):
+            raise ValueError("no ar header")
+        while offset + 60 <= len(data):
+            header = data[offset : offset + 60]
+            name, size = header[:16].decode().strip().rstrip("/"), int(header[48:58])
+            if name.startswith("data.tar"):
+                body = data[offset + 60 : offset + 60 + size]
+                with tarfile.open(fileobj=io.BytesIO(body), mode="r:*") as tar:
+                    for entry in tar:
+                        if entry.name.removeprefix("./") == member and entry.isfile():
+                            return tar.extractfile(entry).read()
+                raise DataPrepError(f"{deb} lacks {member}: not the {PACKAGE} package")
+            offset += 60 + size + size % 2
+        raise ValueError("no data.tar member")
+    except (ValueError, UnicodeDecodeError, *BROKEN_ARCHIVE_ERRORS) as error:
+        raise DataPrepError(
+            f"{deb} is corrupt or not a .deb Python can read ({error}); unpack it with `dpkg-deb -x` "
+            f"and put its {DICTIONARY_MEMBER} in --archives as de-en"
+        ) from error
+
+
+def unpack_dictionary(options: Options, destination: Path) -> str:
+    source = find_dictionary(options.archives)
+    if source.suffix == ".deb":
+        destination.write_bytes(read_deb_member(source, DICTIONARY_MEMBER))
+    else:
+        shutil.copyfile(source, destination)
+    comments = itertools.takewhile(lambda line: line.startswith("#"), read_lines(destination))
+    versions = [line.split("::", 1)[1].strip() for line in comments if line.startswith("# Version ::")]
+    return f"Ding version {versions[0] if versions else 'unknown'} from {source.name}"
+
+
+def first_alternative(part: str) -> str:
+    """'Abmachung {f}; Vereinbarung {f}' -> 'Abmachung'; annotations go first, as they may hold ';'."""
+    previous = None
+    while previous != part:  # innermost first, for nested brackets
+        previous, part = part, ANNOTATION.sub(" ", part)
+    return " ".join(part.split(";")[0].split())
+
+
+def is_sentence(text: str) -> bool:
+    return bool(SENTENCE.fullmatch(text)) and text[0].isupper()
+
+
+def split_pairs(lines: Iterable[str]):
+    """{"train": [(de, en), ...], "valid": [...], "test": [...]} and the numbers of sentence and phrase pairs.
+
+    Sentences are numbered once per German text, and train keeps no pair whose German is held out."""
+    sentences, phrases, seen = {}, [], set()
+    for line in lines:
+        sides = line.split(" :: ")
+        if line.startswith("#") or len(sides) != 2:
+            continue
+        german_parts, english_parts = (side.split(" | ") for side in sides)
+        if len(german_parts) != len(english_parts):
+            continue
+        for german, english in zip(german_parts, english_parts):
+            pair = (first_alternative(german), first_alternative(english))
+            if not all(pair) or pair in seen:
+                continue
+            seen.add(pair)
+            if all(map(is_sentence, pair)):
+                sentences.setdefault(pair[0], pair)
+            else:
+                phrases.append(pair)
+    splits = {split: [] for split in SPLITS}
+    for number, pair in enumerate(sentences.values(), 1):
+        if number % HELD_OUT_EVERY == 0:
+            splits["test"].append(pair)
+        elif number % HELD_OUT_EVERY == HELD_OUT_EVERY // 2:
+            splits["valid"].append(pair)
+        else:
+            splits["train"].append(pair)
+    held_out = {german for split in ("valid", "test") for german, _ in splits[split]}
+    splits["train"] += [pair for pair in phrases if pair[0] not in held_out]
+    return splits, len(sentences), len(phrases)
+
+
+def ding_steps(options: Options) -> List[Step]:
+    tmp, languages = options.tmp, ("de", "en")
+    dictionary = options.orig / "de-en"
+    steps = [Step(f"unpack {PACKAGE}", [dictionary], functools.partial(unpack_dictionary, options))]
+
+    def extract(*paths):
+        splits, sentence_count, phrase_count = split_pairs(read_lines(dictionary))
+        for split, (german_path, english_path) in zip(SPLITS, zip(paths[0::2], paths[1::2])):
+            write_lines(german_path, (german for german, _ in splits[split]))
+            write_lines(english_path, (english for _, english in splits[split]))
+        counts = ", ".join(f"{split} {len(splits[split])}" for split in SPLITS)
+        return f"{sentence_count} sentence and {phrase_count} phrase pairs: {counts}"
+
+    steps.append(
+        Step(
+            "extract sentence and phrase pairs",
+            [tmp / f"{split}.raw.{lang}" for split in SPLITS for lang in languages],
+            extract,
+        )
+    )
+    for split in SPLITS:
+        for lang in languages:
+            steps.append(
+                recipes.map_step(
+                    f"normalize + tokenize + lowercase {split}.{lang}",
+                    functools.partial(read_lines, tmp / f"{split}.raw.{lang}"),
+                    functools.partial(preprocess, lang=lang),
+                    tmp / f"{split}.tok.{lang}",
+                    options.workers,
+                )
+            )
+        tokenized = [tmp / f"{split}.tok.{lang}" for lang in languages]
+        steps.append(
+            recipes.clean_step(
+                f"clean-corpus-n {split}.tok",
+                tokenized,
+                [tmp / f"{split}.{lang}" for lang in languages],
+                CLEAN_RATIO,
+                1,
+                MAX_TOKENS,
+            )
+        )
+    steps.append(recipes.learn_bpe_step(options, [tmp / f"train.{lang}" for lang in languages]))
+    for split in SPLITS:
+        steps.append(
+            recipes.apply_bpe_step(
+                options,
+                [tmp / f"{split}.{lang}" for lang in languages],
+                [options.output / f"{split}.{lang}" for lang in languages],
+            )
+        )
+    return steps
+
+
+def preprocess(line: str, lang: str) -> str:
+    """normalize-punctuation | remove-non-printing-char | tokenizer (no -a, as IWSLT) | lowercase."""
+    return moses.lowercase(
+        moses.tokenize(moses.remove_non_printing_chars(moses.normalize_punctuation(line, lang)), lang)
+    )
+
+
+DING = Recipe(
+    name="ding-de-en",
+    title="Ding German-English quickstart corpus",
+    source_lang="de",
+    target_lang="en",
+    default_output="ding.tokenized.de-en",
+    default_bpe_ops=8000,
+    ensure_sources=ensure_dictionary,
+    corpus_steps=ding_steps,
+    about=f"""
+Source: the Ding dictionary (Frank Richter, https://dict.tu-chemnitz.de/), from Debian's {PACKAGE}
+package. Licence: GNU GPL version 2 or later; this corpus is derived from it, so the GPL applies too.
+Pairs: each " | "-aligned part of an entry, its first ";" alternative, annotations ({{f}} [ugs.] <...>
+(...) /Abbr./) removed. Split: the example sentences (both sides start upper-case and end in . ! ? or
+…), one per German text, in file order: every {HELD_OUT_EVERY}th to test, every {HELD_OUT_EVERY}th from the
+{HELD_OUT_EVERY // 2}th on to valid; the other sentences and all phrases (less any whose German is held out)
+to train.
+Pre-processing: normalize-punctuation, remove-non-printing-char, Moses tokenizer (no -a, as IWSLT),
+lowercase; clean-corpus-n -ratio {CLEAN_RATIO}, 1-{MAX_TOKENS} tokens, on every split; joint BPE on train.
+""",
+)
