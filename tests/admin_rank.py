@@ -10,11 +10,11 @@ import sys
 import torch
 
 import deepnmt_plugin  # noqa: F401
-from deepnmt_plugin.tasks.translation_admin import TranslationAdminTask
+from deepnmt_plugin.tasks.translation_deep import TranslationDeepTask
 from fairseq_cli import train
 
 out_dir = sys.argv.pop(1)
-profiling_input, initialize_admin = TranslationAdminTask.profiling_input, TranslationAdminTask.initialize_admin
+profiling_input, initialize_admin = TranslationDeepTask.profiling_input, TranslationDeepTask.initialize_admin
 seen = {}
 
 
@@ -32,6 +32,6 @@ def record_omega(self, model, dataset, kwargs):
         json.dump(seen, handle)
 
 
-TranslationAdminTask.profiling_input = record_input
-TranslationAdminTask.initialize_admin = record_omega
+TranslationDeepTask.profiling_input = record_input
+TranslationDeepTask.initialize_admin = record_omega
 train.cli_main()

@@ -152,6 +152,6 @@ def test_admin_is_post_ln_only(build_model):
 def test_training_without_initialisation_is_refused(build_model):
     model = admin_model(build_model, 1, 1)
     net_input = fixed_batch(model)
-    with pytest.raises(RuntimeError, match="--task translation_admin"):
+    with pytest.raises(RuntimeError, match="--task translation_deep"):
         model.train()(**net_input)
     model.eval()(**net_input)  # evaluation of any checkpoint is fine

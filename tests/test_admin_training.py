@@ -12,7 +12,7 @@ import pytest
 
 from conftest import TINY_DIMS, USER_DIR, fairseq_cli
 
-ADMIN = ["--user-dir", USER_DIR, "--task", "translation_admin", "--arch", "transformer_admin_iwslt_de_en",
+ADMIN = ["--user-dir", USER_DIR, "--task", "translation_deep", "--arch", "transformer_admin_iwslt_de_en",
          "--cpu", *TINY_DIMS, "--share-all-embeddings", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)",
          "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", 0.1, "--seed", 1,
          "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", 50]

@@ -41,7 +41,7 @@ def test_forward_backward_reaches_every_parameter(method, build_model):
     model, _ = build_model(f"transformer_{method}_iwslt_de_en", "--encoder-layers", 4, "--decoder-layers", 4,
                            "--encoder-embed-dim", 64, "--decoder-embed-dim", 64, "--share-all-embeddings")
     if method == "admin":
-        model.admin_initialized.fill_(True)  # as translation_admin does before training
+        model.admin_initialized.fill_(True)  # as translation_deep does before training
     model.train()
     src = torch.randint(4, 30, (3, 9))
     prev = torch.randint(4, 30, (3, 7))

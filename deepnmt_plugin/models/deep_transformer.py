@@ -155,7 +155,7 @@ class DeepTransformerModel(TransformerModel):
     def forward(self, *args, **kwargs):
         if self.training and not getattr(self, "admin_initialized", True):
             raise RuntimeError(
-                "transformer_admin trains with --task translation_admin, which sets omega before the "
+                "transformer_admin trains with --task translation_deep, which sets omega before the "
                 "first update; this model's omega is still 1 (plain Post-LN)"
             )
         return super().forward(*args, **kwargs)

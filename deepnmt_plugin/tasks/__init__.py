@@ -1,3 +1,3 @@
 """Registers the deepnmt tasks."""
 
-from deepnmt_plugin.tasks import translation_admin  # noqa: F401
+from deepnmt_plugin.tasks import translation_deep  # noqa: F401

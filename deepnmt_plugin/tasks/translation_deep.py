@@ -1,7 +1,7 @@
-"""``--task translation_admin``: fairseq's translation task plus Admin's one-time omega initialisation.
+"""``--task translation_deep``: fairseq's translation task plus what the deep recipes need.
 
-On a fresh ``fairseq-train`` start, when fairseq first asks for the training batch iterator, the task
-sets every omega of a ``transformer_admin`` model (profiling forward pass, analytic formula, or a
+Admin's one-time omega initialisation (a no-op for the other archs): on a fresh ``fairseq-train``
+start, when fairseq first asks for the training batch iterator, the task sets every omega of a ``transformer_admin`` model (profiling forward pass, analytic formula, or a
 Transformer-Clinic profile file) and marks the model initialised. That moment is after the model is
 built (and, with ``--fp16``, halved) and before the optimizer exists, so fp16 master weights and every
 optimizer copy start from the initialised omega. The flag is a buffer saved in every checkpoint:
@@ -31,7 +31,7 @@ PROFILE_JSON = "admin_profile.json"
 
 
 @dataclass
-class TranslationAdminConfig(TranslationConfig):
+class TranslationDeepConfig(TranslationConfig):
     admin_init: ChoiceEnum(["profile", "analytic"]) = field(
         default="profile",
         metadata={"help": "how to set Admin's omega on a fresh start: profile a forward pass on "
@@ -60,11 +60,11 @@ def concatenate_batches(samples, pad, left_pad_source, left_pad_target):
     }
 
 
-@register_task("translation_admin", dataclass=TranslationAdminConfig)
-class TranslationAdminTask(TranslationTask):
-    cfg: TranslationAdminConfig
+@register_task("translation_deep", dataclass=TranslationDeepConfig)
+class TranslationDeepTask(TranslationTask):
+    cfg: TranslationDeepConfig
 
-    def __init__(self, cfg: TranslationAdminConfig, src_dict, tgt_dict):
+    def __init__(self, cfg: TranslationDeepConfig, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
         if cfg.admin_profile_file and cfg.admin_init != "profile":
             raise ValueError("--admin-profile-file replaces profiling; it cannot be combined with --admin-init analytic")
