@@ -25,6 +25,7 @@ setup(
         "sentencepiece",
         "subword-nmt",
         "regex",
+        "tensorboardX",  # fairseq's --tensorboard-logdir (and its import-time notice without it)
     ],
     extras_require={"test": ["pytest"]},
     entry_points={"console_scripts": ["deepnmt-user-dir=deepnmt_plugin.cli:print_user_dir"]},

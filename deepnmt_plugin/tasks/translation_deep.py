@@ -45,6 +45,7 @@ class TranslationDeepConfig(TranslationConfig):
         metadata={"help": "read omega from a Transformer-Clinic profile.ratio.init instead of profiling"},
     )
     save_dir: str = II("checkpoint.save_dir")
+    no_save: bool = II("checkpoint.no_save")
 
 
 def concatenate_batches(samples, pad, left_pad_source, left_pad_target):
@@ -114,7 +115,7 @@ class TranslationDeepTask(TranslationTask):
             for side, v in omega.items()
         )
         logger.info(f"admin: omega initialised once by {report['mode']} ({summary})")
-        if not dist.is_initialized() or dist.get_rank() == 0:  # ranks hold identical omega
+        if not self.cfg.no_save and (not dist.is_initialized() or dist.get_rank() == 0):  # ranks agree
             os.makedirs(self.cfg.save_dir, exist_ok=True)
             path = os.path.join(self.cfg.save_dir, PROFILE_JSON)
             with open(path, "w") as handle:

@@ -1,4 +1,4 @@
-"""inverse_sqrt_nowarmup: lr * sqrt(d / (d + t)), driven through fairseq's own scheduler factory."""
+"""Optimisation extras: inverse_sqrt_nowarmup (lr * sqrt(d / (d + t))) and radam, through fairseq's factories."""
 
 import pytest
 from fairseq import optim
@@ -28,3 +28,15 @@ def test_schedule_values(build_model):
 def test_decay_period_flag(build_model):
     scheduler, _ = build_scheduler(build_model, "--decay-period", "100")
     assert scheduler.step_update(300) == pytest.approx(5e-4 * 0.5)
+
+
+def test_radam_is_registered_with_fairseq_adam_flags(build_model):
+    model, args = build_model("transformer_admin_iwslt_de_en", "--encoder-layers", 1, "--decoder-layers", 1,
+                              "--optimizer", "radam", "--adam-betas", "(0.9, 0.98)", "--adam-eps", "1e-9",
+                              "--weight-decay", "1e-4", "--lr", "7e-4")
+    cfg = convert_namespace_to_omegaconf(args)
+    optimizer = optim.build_optimizer(cfg.optimizer, list(model.parameters()))
+    group = optimizer.optimizer.param_groups[0]
+    assert type(optimizer.optimizer).__name__ == "RAdam"
+    assert (group["lr"], group["betas"], group["eps"], group["weight_decay"]) == (7e-4, (0.9, 0.98), 1e-9, 1e-4)
+    assert group["decoupled_weight_decay"]

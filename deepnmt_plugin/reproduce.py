@@ -1,0 +1,313 @@
+"""Reproduce a paper's BLEU table: ``python -m deepnmt_plugin.reproduce CONFIG --data DIR [...]``.
+
+A config (``configs/*.yaml``) holds one table: the recipe's fairseq flags, the methods and depths,
+the evaluation settings and the published numbers. Every run (method x depth x seed) goes through
+train -> average checkpoints -> generate -> score, each step skipped when its output exists, so a
+crashed or preempted reproduction resumes where it stopped. ``collect`` then writes the table
+(Markdown + CSV) with our BLEU, the paper's and the difference; a run whose loss went NaN/inf or
+exploded, or that hit fairseq's minimum loss scale, is reported as ``diverged``.
+"""
+
+import argparse
+import csv
+import json
+import math
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import yaml
+
+USER_DIR = str(Path(__file__).resolve().parent)
+DIVERGED = "diverged"
+SMOKE_FLAGS = [
+    "--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128",
+    "--decoder-ffn-embed-dim", "128", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+    "--max-update", "20", "--max-epoch", "0",
+]
+SMOKE_MAX_TOKENS = 1024
+PROGRESS_LINE = re.compile(r"\| (train_inner|train|valid) \||\| admin: |^deepnmt: |Error")
+DIVERGENCE_PATTERNS = re.compile(
+    r"loss[= ](nan|inf)|Minimum loss scale reached|FloatingPointError|deepnmt: diverged", re.IGNORECASE
+)
+
+
+@dataclass(frozen=True)
+class Run:
+    method: str
+    encoder_layers: int
+    decoder_layers: int
+    seed: int
+
+    @property
+    def depth(self) -> str:
+        if self.encoder_layers == self.decoder_layers:
+            return f"{self.encoder_layers}L"
+        return f"{self.encoder_layers}L-{self.decoder_layers}L"
+
+    @property
+    def name(self) -> str:
+        return f"{self.method}_{self.depth}_seed{self.seed}"
+
+
+def parse_depth(depth) -> tuple:
+    """``18`` -> (18, 18); ``"60-12"`` -> (60, 12) encoder and decoder layers."""
+    encoder, _, decoder = str(depth).partition("-")
+    return int(encoder), int(decoder or encoder)
+
+
+def batching(tokens_per_update: int, gpus: int, max_tokens: int) -> tuple:
+    """(max_tokens per GPU, update_freq) with gpus x max_tokens x update_freq = the paper's batch:
+    accumulate when the GPUs hold less, shrink the per-GPU batch when they hold more."""
+    if gpus * max_tokens >= tokens_per_update:
+        return tokens_per_update // gpus, 1
+    return max_tokens, math.ceil(tokens_per_update / (gpus * max_tokens))
+
+
+def load_config(path: str) -> dict:
+    with open(path) as handle:
+        config = yaml.safe_load(handle)
+    missing = {"table", "source_lang", "target_lang", "train", "methods", "depths", "generate", "bleu"} - config.keys()
+    if missing:
+        raise SystemExit(f"deepnmt: error: {path} lacks {', '.join(sorted(missing))}")
+    return config
+
+
+def data_bin(data: str, must_exist: bool = True) -> str:
+    """A data-prep output folder (holding data-bin/) or a fairseq-preprocess folder itself."""
+    path = Path(data)
+    if (path / "data-bin").is_dir():
+        path = path / "data-bin"
+    if must_exist and not any(path.glob("dict.*.txt")):
+        raise SystemExit(f"deepnmt: error: {data} holds no fairseq-preprocess output (dict.*.txt); run data-prep first")
+    return str(path)
+
+
+class Reproduction:
+    def __init__(self, config: dict, args):
+        self.config, self.args = config, args
+        self.workdir = Path(args.workdir)
+        # a dry run plans for the GPUs asked for, whatever this machine has
+        self.on_cuda = args.gpus > 0 and not args.smoke and (args.dry_run or self.cuda_available())
+        self.precision = args.precision or ("fp16" if self.on_cuda else "fp32")
+        self.tokens_per_update = config.get("tokens_per_update", config.get("max_tokens", 4096))
+        if args.smoke:
+            self.max_tokens, self.update_freq = SMOKE_MAX_TOKENS, 1
+        else:
+            self.max_tokens, self.update_freq = batching(
+                self.tokens_per_update, max(args.gpus, 1), config.get("max_tokens", 4096)
+            )
+
+    @staticmethod
+    def cuda_available() -> bool:
+        import torch
+
+        return torch.cuda.is_available()
+
+    def runs(self) -> List[Run]:
+        methods = self.args.methods or list(self.config["methods"])
+        unknown = set(methods) - set(self.config["methods"])
+        if unknown:
+            raise SystemExit(f"deepnmt: error: unknown methods {sorted(unknown)}; this table has {list(self.config['methods'])}")
+        depths = self.args.depths or self.config["depths"]
+        seeds = self.args.seeds or self.config.get("seeds", [1])
+        return [Run(m, *parse_depth(d), s) for m in methods for d in depths for s in seeds]
+
+    def hardware_flags(self) -> List[str]:
+        if not self.on_cuda:
+            return ["--cpu"]
+        return ["--distributed-world-size", str(self.args.gpus)] if self.args.gpus > 1 else []
+
+    def precision_flags(self) -> List[str]:
+        if self.precision == "fp32":
+            return []
+        return [str(f) for f in self.config.get("precision", {}).get(self.precision, [f"--{self.precision}"])]
+
+    def train_command(self, run: Run, save_dir: Path) -> List[str]:
+        config = self.config
+        command = ["fairseq-train", self.args.data_bin, "--user-dir", USER_DIR, "--task", "translation_deep",
+                   "--source-lang", config["source_lang"], "--target-lang", config["target_lang"],
+                   *map(str, config["train"]), *map(str, config["methods"][run.method]),  # method flags win
+                   "--encoder-layers", str(run.encoder_layers), "--decoder-layers", str(run.decoder_layers),
+                   "--seed", str(run.seed), "--max-tokens", str(self.max_tokens),
+                   "--update-freq", str(self.update_freq), "--save-dir", str(save_dir),
+                   *self.hardware_flags(), *self.precision_flags()]
+        if self.args.smoke:
+            command += SMOKE_FLAGS
+        return command
+
+    def average_command(self, save_dir: Path, output: Path) -> List[str]:
+        last = 2 if self.args.smoke else self.config.get("average_last", 1)
+        unit = "epoch" if self.args.smoke else self.config.get("average_by", "epoch")
+        return [sys.executable, "-m", "deepnmt_plugin.average_checkpoints", "--inputs", str(save_dir),
+                f"--num-{unit}-checkpoints", str(last), "--output", str(output)]
+
+    def generate_command(self, checkpoint: Path) -> List[str]:
+        return ["fairseq-generate", self.args.data_bin, "--user-dir", USER_DIR, "--path", str(checkpoint),
+                "--source-lang", self.config["source_lang"], "--target-lang", self.config["target_lang"],
+                "--gen-subset", "test", "--remove-bpe", "--max-tokens", "4096",
+                *map(str, self.config["generate"]), *([] if self.on_cuda else ["--cpu"])]
+
+    def score_command(self, generated: Path, scores: Path) -> List[str]:
+        command = [sys.executable, "-m", "deepnmt_plugin.scoring", str(generated),
+                   "--source-lang", self.config["source_lang"], "--target-lang", self.config["target_lang"],
+                   "--json", str(scores)]
+        if self.config.get("sacrebleu_test_set") and not self.args.smoke:
+            command += ["--sacrebleu-test-set", self.config["sacrebleu_test_set"]]
+        return command
+
+    def run_all(self) -> None:
+        runs = self.runs()
+        print(f"{self.config['table']}: {len(runs)} runs in {self.workdir}, precision {self.precision}, "
+              f"{self.tokens_per_update} tokens per update = {max(self.args.gpus, 1)} GPU x {self.max_tokens} "
+              f"tokens x update-freq {self.update_freq}", flush=True)
+        if not self.on_cuda and self.args.gpus > 0 and not self.args.smoke:
+            print("warning: no CUDA device: training in fp32 on the CPU, which the papers' budgets do not fit", flush=True)
+        for number, run in enumerate(runs, 1):
+            self.run_one(run, f"[{number}/{len(runs)}] {run.name}")
+        if not self.args.dry_run:
+            tables = collect(self.workdir, self.config)
+            print(Path(tables["markdown"]).read_text(), flush=True)
+
+    def run_one(self, run: Run, label: str) -> None:
+        directory = self.workdir / run.name
+        save_dir, averaged = directory / "checkpoints", directory / "checkpoint_averaged.pt"
+        generated, scores = directory / "generate.txt", directory / "scores.json"
+        averaging = self.args.smoke or self.config.get("average_last", 1) > 1
+        steps = [("train", self.train_command(run, save_dir), directory / "train.log", directory / "train.done")]
+        if averaging:
+            steps.append(("average", self.average_command(save_dir, averaged), directory / "average.log", averaged))
+        checkpoint = averaged if averaging else save_dir / "checkpoint_last.pt"
+        steps += [
+            ("generate", self.generate_command(checkpoint), generated, directory / "generate.done"),
+            ("score", self.score_command(generated, scores), directory / "score.log", scores),
+        ]
+        for step, command, log, done in steps:
+            if self.args.dry_run:
+                print(f"{label} {step}: {shlex.join(command)}", flush=True)
+                continue
+            if (directory / "diverged").exists():
+                print(f"{label}: diverged before, skipped", flush=True)
+                return
+            if done.exists():
+                print(f"{label} {step}: done before", flush=True)
+                continue
+            directory.mkdir(parents=True, exist_ok=True)
+            print(f"{label} {step} ... (log: {log})", flush=True)
+            started = time.time()
+            returncode = run_logged(command, log, echo=step == "train")
+            if step == "train" and (returncode != 0 or diverged_log(log.read_text())):
+                (directory / "diverged").write_text(f"fairseq-train exit code {returncode}\n")
+                print(f"{label}: diverged (see {log})", flush=True)
+                return
+            if returncode != 0:
+                raise SystemExit(f"deepnmt: error: {label} {step} failed (exit {returncode}); see {log}")
+            if done.suffix == ".done":
+                done.write_text("")
+            print(f"{label} {step}: finished in {time.time() - started:.0f}s", flush=True)
+
+
+def run_logged(command: List[str], log: Path, echo: bool) -> int:
+    """Run ``command`` with its output in ``log`` (written under a temporary name until it ends);
+    with ``echo``, fairseq's progress lines are shown as they come."""
+    partial = log.with_name(log.name + ".partial")
+    with open(partial, "w") as out:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for line in process.stdout:
+            out.write(line)
+            if echo and PROGRESS_LINE.search(line):
+                print("    " + line.rstrip(), flush=True)
+        returncode = process.wait()
+    os.replace(partial, log)
+    return returncode
+
+
+def logged_losses(log: str) -> List[float]:
+    return [float(v) for v in re.findall(r"\| train_inner \|.*?loss=([-\d.]+|nan|inf)", log)]
+
+
+def diverged_log(log: str) -> bool:
+    """NaN/inf loss, minimum loss scale, a divergence stop, or a loss that ended above where it started."""
+    if DIVERGENCE_PATTERNS.search(log):
+        return True
+    losses = logged_losses(log)
+    return len(losses) >= 2 and losses[-1] > losses[0]
+
+
+def depth_key(encoder_layers: int, decoder_layers: int) -> str:
+    """The configs' depth key: "18", or "60-12" when the stacks differ."""
+    return str(encoder_layers) if encoder_layers == decoder_layers else f"{encoder_layers}-{decoder_layers}"
+
+
+def collect(workdir: Path, config: dict) -> Dict[str, str]:
+    """Write ``results.md`` and ``results.csv``: method x depth, mean BLEU over seeds, paper, difference."""
+    metric = config["bleu"]
+    cells: Dict[tuple, dict] = {}
+    for directory in sorted(p for p in Path(workdir).iterdir() if p.is_dir()):
+        match = re.fullmatch(r"(\w+?)_(\d+)L(?:-(\d+)L)?_seed\d+", directory.name)
+        if not match:
+            continue
+        method, encoder, decoder = match.groups()
+        cell = cells.setdefault((method, int(encoder), int(decoder or encoder)), {"bleu": [], "diverged": 0})
+        if (directory / "diverged").exists():
+            cell["diverged"] += 1
+        elif (directory / "scores.json").exists():
+            cell["bleu"].append(json.loads((directory / "scores.json").read_text())[metric])
+    paper = {method: {str(k): v for k, v in depths.items()} for method, depths in config.get("paper", {}).items()}
+    rows = []
+    for (method, encoder, decoder), cell in sorted(cells.items()):
+        depth = depth_key(encoder, decoder)
+        published = paper.get(method, {}).get(depth)
+        ours: Optional[float] = round(sum(cell["bleu"]) / len(cell["bleu"]), 2) if cell["bleu"] else None
+        status = DIVERGED if cell["diverged"] else ("done" if ours is not None else "incomplete")
+        difference = round(ours - published, 2) if ours is not None and isinstance(published, (int, float)) else None
+        rows.append({"method": method, "depth": depth, "seeds": len(cell["bleu"]) + cell["diverged"],
+                     "bleu": ours, "paper": published, "difference": difference, "status": status})
+    csv_path, markdown_path = Path(workdir) / "results.csv", Path(workdir) / "results.md"
+    with open(csv_path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else ["method"])
+        writer.writeheader()
+        writer.writerows(rows)
+    lines = [f"### {config['table']}", "", f"BLEU: {metric}", "",
+             "| method | depth | seeds | ours | paper | difference |", "|---|---|---|---|---|---|"]
+    for row in rows:
+        ours = DIVERGED if row["status"] == DIVERGED else ("–" if row["bleu"] is None else f"{row['bleu']:.2f}")
+        paper_value = "–" if row["paper"] is None else row["paper"]
+        difference = "" if row["difference"] is None else f"{row['difference']:+.2f}"
+        lines.append(f"| {row['method']} | {row['depth']} | {row['seeds']} | {ours} | {paper_value} | {difference} |")
+    markdown_path.write_text("\n".join(lines) + "\n")
+    return {"csv": str(csv_path), "markdown": str(markdown_path)}
+
+
+def parse_arguments(argv=None):
+    parser = argparse.ArgumentParser("python -m deepnmt_plugin.reproduce", description=__doc__.split("\n\n")[0])
+    parser.add_argument("config", help="a table's config, e.g. configs/admin_wmt14_en_de.yaml")
+    parser.add_argument("--data", required=True, help="a data-prep output (holding data-bin/) or a data-bin folder")
+    parser.add_argument("--gpus", type=int, default=1, help="GPUs on this node (fairseq's --distributed-world-size)")
+    parser.add_argument("--precision", choices=["fp16", "bf16", "fp32"], help="default: fp16 on CUDA, fp32 on CPU")
+    parser.add_argument("--methods", nargs="+", help="subset of the table's methods")
+    parser.add_argument("--depths", nargs="+", help="subset of depths: 6 18 or encoder-decoder 60-12")
+    parser.add_argument("--seeds", nargs="+", type=int, help="seeds (default: the config's, else 1)")
+    parser.add_argument("--workdir", default="runs", help="where runs, logs and results go")
+    parser.add_argument("--dry-run", action="store_true", help="print every command, run nothing")
+    parser.add_argument("--smoke", action="store_true", help="tiny dims and 20 updates: checks the pipeline on a CPU")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_arguments(argv)
+    config = load_config(args.config)
+    args.data_bin = data_bin(args.data, must_exist=not args.dry_run)
+    args.workdir = os.path.join(args.workdir, Path(args.config).stem)
+    Reproduction(config, args).run_all()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""Score ``fairseq-generate`` output the three ways the deep-NMT papers report BLEU.
+
+* tokenized BLEU: on the tokenized, BPE-removed text, as ``multi-bleu.perl`` / ``fairseq-score``;
+* compound-split BLEU: the same after splitting hyphenated compounds as fairseq's
+  ``scripts/compound_split_bleu.sh`` does (``s{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g``), the WMT En-De
+  convention of Vaswani et al. and the DeepNet / T-Fixup tables;
+* sacreBLEU: on detokenized hypotheses (sacremoses, target language) against detokenized references,
+  or against a sacreBLEU test set (``--sacrebleu-test-set wmt14/full``), with its signature.
+
+``python -m deepnmt_plugin.scoring GENERATE_OUTPUT --target-lang de [--sacrebleu-test-set ...]``
+prints the scores and writes them as JSON with ``--json``.
+"""
+
+import argparse
+import json
+import re
+import sys
+from typing import Dict, List, Optional, Tuple
+
+import sacrebleu
+from sacremoses import MosesDetokenizer
+
+COMPOUND_HYPHEN = re.compile(r"(\S)-(\S)")
+
+
+def compound_split(line: str) -> str:
+    """``perl -ple 's{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g'``: non-overlapping, left to right."""
+    return COMPOUND_HYPHEN.sub(r"\1 ##AT##-##AT## \2", line)
+
+
+def read_generate_output(path: str) -> Tuple[List[str], List[str]]:
+    """(hypotheses, references) in sentence-id order from fairseq-generate's ``H-``/``T-`` lines."""
+    hypotheses: Dict[int, str] = {}
+    references: Dict[int, str] = {}
+    with open(path, encoding="utf-8") as lines:
+        for line in lines:
+            kind, _, rest = line.rstrip("\n").partition("-")
+            if kind not in ("H", "T") or not rest[:1].isdigit():
+                continue
+            fields = rest.split("\t")
+            if kind == "H":
+                hypotheses[int(fields[0])] = fields[2] if len(fields) > 2 else ""
+            else:
+                references[int(fields[0])] = fields[1] if len(fields) > 1 else ""
+    if not hypotheses or hypotheses.keys() != references.keys():
+        raise ValueError(f"{path}: no complete fairseq-generate output (H-/T- lines) found")
+    order = sorted(hypotheses)
+    return [hypotheses[i] for i in order], [references[i] for i in order]
+
+
+def tokenized_bleu(hypotheses: List[str], references: List[str]) -> float:
+    return sacrebleu.corpus_bleu(hypotheses, [references], tokenize="none", force=True).score
+
+
+def score(
+    hypotheses: List[str],
+    references: List[str],
+    target_lang: str,
+    sacrebleu_references: Optional[List[str]] = None,
+) -> Dict[str, object]:
+    detokenizer = MosesDetokenizer(lang=target_lang)
+    detokenized = [detokenizer.detokenize(h.split()) for h in hypotheses]
+    if sacrebleu_references is None:
+        sacrebleu_references = [detokenizer.detokenize(r.split()) for r in references]
+    metric = sacrebleu.metrics.BLEU()
+    sacre = metric.corpus_score(detokenized, [sacrebleu_references])
+    return {
+        "bleu_tokenized": round(tokenized_bleu(hypotheses, references), 2),
+        "bleu_compound_split": round(
+            tokenized_bleu([compound_split(h) for h in hypotheses], [compound_split(r) for r in references]), 2
+        ),
+        "sacrebleu": round(sacre.score, 2),
+        "sacrebleu_signature": str(metric.get_signature()),
+        "sentences": len(hypotheses),
+    }
+
+
+def sacrebleu_test_set_references(test_set: str, source_lang: str, target_lang: str) -> List[str]:
+    """The raw references of a sacreBLEU test set (data-prep fills its cache for offline use)."""
+    from sacrebleu.utils import get_reference_files
+
+    (path,) = get_reference_files(test_set, f"{source_lang}-{target_lang}")
+    with open(path, encoding="utf-8") as lines:
+        return [line.rstrip("\n") for line in lines]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser("python -m deepnmt_plugin.scoring", description=__doc__.split("\n\n")[0])
+    parser.add_argument("generate_output", help="file holding fairseq-generate's output (run with --remove-bpe)")
+    parser.add_argument("--source-lang", default="en")
+    parser.add_argument("--target-lang", required=True)
+    parser.add_argument("--sacrebleu-test-set", help="score detokenized output against this sacreBLEU test set")
+    parser.add_argument("--json", help="also write the scores here")
+    args = parser.parse_args(argv)
+    hypotheses, references = read_generate_output(args.generate_output)
+    raw = None
+    if args.sacrebleu_test_set:
+        raw = sacrebleu_test_set_references(args.sacrebleu_test_set, args.source_lang, args.target_lang)
+        if len(raw) != len(hypotheses):
+            raise SystemExit(f"deepnmt: error: {args.sacrebleu_test_set} has {len(raw)} references, "
+                             f"{args.generate_output} has {len(hypotheses)} hypotheses")
+    scores = score(hypotheses, references, args.target_lang, raw)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(scores, handle, indent=1)
+    for key, value in scores.items():
+        print(f"{key}\t{value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

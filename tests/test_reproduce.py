@@ -1,0 +1,172 @@
+"""The table scripts: dry-run plans, batch arithmetic, scoring conventions, collect, divergence."""
+
+import contextlib
+import io
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO
+from deepnmt_plugin import reproduce
+from deepnmt_plugin.reproduce import batching, collect, diverged_log
+from deepnmt_plugin.scoring import compound_split, read_generate_output, score
+
+CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
+SCRIPTS = {path.stem: REPO / "scripts" / f"reproduce_{path.stem}.sh" for path in CONFIGS if path.stem != "quickstart"}
+
+
+def dry_run(config, *flags):
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        assert reproduce.main([str(REPO / "configs" / f"{config}.yaml"), "--data", "DATA", "--dry-run", *flags]) == 0
+    return output.getvalue()
+
+
+@pytest.mark.parametrize("config", list(SCRIPTS))
+def test_each_table_has_a_script(config):
+    result = subprocess.run(["bash", str(SCRIPTS[config]), "--data", "DATA", "--dry-run", "--gpus", "2"],
+                            capture_output=True, text=True, check=True)
+    assert result.stdout == dry_run(config, "--gpus", "2")
+
+
+@pytest.mark.parametrize("config", list(SCRIPTS))
+def test_dry_run_plans_every_run_with_the_recipe(config):
+    spec = yaml.safe_load((REPO / "configs" / f"{config}.yaml").read_text())
+    out = dry_run(config, "--gpus", "4")
+    trains = [line for line in out.splitlines() if " train: " in line]
+    seeds = spec.get("seeds", [1])
+    assert len(trains) == len(spec["methods"]) * len(spec["depths"]) * len(seeds)
+    for method, flags in spec["methods"].items():
+        arch = flags[flags.index("--arch") + 1]
+        for depth in spec["depths"]:
+            encoder, _, decoder = str(depth).partition("-")
+            line = next(l for l in trains if f"] {method}_{encoder}L" in l)
+            assert f"--arch {arch} " in line and f"--encoder-layers {encoder} --decoder-layers {decoder or encoder}" in line
+            assert "--task translation_deep" in line and "--distributed-world-size 4" in line and "--cpu" not in line
+            for flag in ("--lr", "--dropout", "--warmup-updates", "--weight-decay", "--optimizer"):
+                if flag in spec["train"] or flag in flags:
+                    values = [str(v) for v in spec["train"] + flags]
+                    expected = values[len(values) - 1 - values[::-1].index(flag) + 1]  # the last one wins
+                    assert re.findall(rf"{flag} (\S+)", line)[-1] == expected
+    assert out.count(" generate: ") == len(trains) and out.count(" score: ") == len(trains)
+
+
+@pytest.mark.parametrize("gpus, max_tokens, update_freq", [(1, 4096, 128), (4, 4096, 32), (8, 4096, 16), (128, 4096, 1)])
+def test_deepnet_batch_is_128_x_4096_tokens_on_any_gpu_count(gpus, max_tokens, update_freq):
+    out = dry_run("deepnet_wmt17_en_de", "--gpus", str(gpus), "--methods", "deepnorm", "--depths", "6")
+    assert f"524288 tokens per update = {gpus} GPU x {max_tokens} tokens x update-freq {update_freq}" in out
+    assert f"--max-tokens {max_tokens} --update-freq {update_freq}" in out
+
+
+@pytest.mark.parametrize("gpus, expected", [(1, (8192, 4)), (4, (8192, 1)), (8, (4096, 1)), (128, (256, 1))])
+def test_admin_batch_is_4_x_8192_tokens(gpus, expected):
+    assert batching(32768, gpus, 8192) == expected
+
+
+def test_precision_flags():
+    fp16 = dry_run("admin_wmt14_en_de", "--gpus", "4", "--methods", "admin", "--depths", "6")
+    assert "--fp16 --fp16-scale-window 256 --threshold-loss-scale 0.03125" in fp16  # the Clinic recipe
+    bf16 = dry_run("admin_wmt14_en_de", "--gpus", "4", "--precision", "bf16", "--methods", "admin", "--depths", "6")
+    assert "--bf16" in bf16 and "--fp16" not in bf16
+    fp32 = dry_run("admin_wmt14_en_de", "--gpus", "4", "--precision", "fp32", "--methods", "admin", "--depths", "6")
+    assert "--fp16" not in fp32 and "--bf16" not in fp32
+    cpu = dry_run("admin_wmt14_en_de", "--gpus", "0", "--methods", "admin", "--depths", "6")
+    assert "--cpu" in cpu and "--fp16" not in cpu
+
+
+@pytest.mark.parametrize(
+    "config, method, expected",
+    [  # the papers' / reference code's recipes, as listed in the issue
+        ("admin_wmt14_en_de", "admin", "--optimizer radam --adam-betas '(0.9, 0.98)' --lr 1e-3 --lr-scheduler inverse_sqrt "
+         "--warmup-updates 8000 --warmup-init-lr 1e-7 --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --clip-norm 0"),
+        ("admin_iwslt14_de_en", "admin", "--lr 7e-4 --lr-scheduler inverse_sqrt --warmup-updates 6000"),
+        ("admin_iwslt14_de_en", "admin", "--dropout 0.3 --attention-dropout 0.1 --relu-dropout 0.1 --weight-decay 1e-4"),
+        ("deepnet_wmt17_en_de", "deepnorm", "--optimizer adam --adam-betas '(0.9, 0.98)' --adam-eps 1e-8 --lr 0.0015 "
+         "--lr-scheduler inverse_sqrt --warmup-updates 4000 --warmup-init-lr 1e-7"),
+        ("deepnet_wmt17_en_de", "deepnorm", "--clip-norm 0 --dropout 0.4 --weight-decay 1e-4 --max-update 100000"),
+        ("tfixup_iwslt14_de_en", "tfixup", "--lr 5e-4 --lr-scheduler inverse_sqrt_nowarmup --decay-period 4000"),
+        ("tfixup_iwslt14_de_en", "tfixup", "--dropout 0.5 --weight-decay 1e-4"),
+    ],
+)
+def test_recipe_values(config, method, expected):
+    assert expected in dry_run(config, "--methods", method)
+
+
+def test_evaluation_settings():
+    assert "--beam 4 --lenpen 0.6" in dry_run("admin_wmt14_en_de", "--methods", "admin")
+    assert "--beam 5" in dry_run("admin_iwslt14_de_en", "--methods", "admin")
+    assert "--beam 4 --lenpen 0.3" in dry_run("tfixup_iwslt14_de_en")
+    assert "--num-epoch-checkpoints 10" in dry_run("admin_wmt14_en_de", "--methods", "admin")
+
+
+def test_method_flags_override_the_table():
+    out = dry_run("deepnet_wmt17_en_de", "--methods", "tfixup", "deepnorm", "--depths", "18")
+    tfixup = next(l for l in out.splitlines() if "tfixup_18L" in l and " train: " in l)
+    deepnorm = next(l for l in out.splitlines() if "deepnorm_18L" in l and " train: " in l)
+    assert re.findall(r"--lr (\S+)", tfixup)[-1] == "5e-4" and re.findall(r"--lr (\S+)", deepnorm)[-1] == "0.0015"
+
+
+def test_compound_split_matches_the_perl_one_liner():
+    # perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g': non-overlapping, so "a-b-c" splits once
+    assert compound_split("Welt-Meister a-b-c x - y") == "Welt ##AT##-##AT## Meister a ##AT##-##AT## b-c x - y"
+
+
+def write_generate_output(path, pairs):
+    lines = []
+    for i, (hyp, ref) in enumerate(pairs):
+        lines += [f"S-{i}\tsrc", f"T-{i}\t{ref}", f"H-{i}\t-0.5\t{hyp}", f"D-{i}\t-0.5\t{hyp}", f"P-{i}\t-0.5"]
+    path.write_text("\n".join(lines) + "\nGenerate test with beam=4: BLEU4 = 1.00\n")
+
+
+def test_scores_on_a_small_real_output(tmp_path):
+    pairs = [("das ist ein gut-gemachtes Haus .", "das ist ein gut-gemachtes Haus ."),
+             ("er sagt , es sei gut .", "er sagte , es sei gut ."),
+             ("ein Test-Fall", "ein Test-Fall !")]
+    path = tmp_path / "generate.txt"
+    write_generate_output(path, pairs[::-1])
+    hypotheses, references = read_generate_output(str(path))
+    assert hypotheses[0] == pairs[2][0]  # ordered by sentence id
+    scores = score(hypotheses, references, "de")
+    import sacrebleu
+
+    hyps, refs = [h for h, _ in pairs[::-1]], [r for _, r in pairs[::-1]]
+    assert scores["bleu_tokenized"] == round(sacrebleu.corpus_bleu(hyps, [refs], tokenize="none").score, 2)
+    split = sacrebleu.corpus_bleu([compound_split(h) for h in hyps], [[compound_split(r) for r in refs]], tokenize="none")
+    assert scores["bleu_compound_split"] == round(split.score, 2) != scores["bleu_tokenized"]
+    assert scores["sacrebleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
+
+
+@pytest.mark.parametrize(
+    "log, diverged",
+    [
+        ("| train_inner | epoch 001: 10 / 9 loss=9.1, nll_loss=9.0\n| train_inner | epoch 001: 20 / 9 loss=6.2, n", False),
+        ("| train_inner | epoch 001: 10 / 9 loss=9.1, nll\n| train_inner | epoch 001: 20 / 9 loss=nan, nll", True),
+        ("| train_inner | epoch 001: 10 / 9 loss=9.1, nll\n| train_inner | epoch 001: 20 / 9 loss=inf, nll", True),
+        ("FloatingPointError: Minimum loss scale reached (0.0001). Your loss is probably exploding.", True),
+        ("| train_inner | epoch 001: 10 / 9 loss=9.1, nll\n| train_inner | epoch 001: 20 / 9 loss=14.7, n", True),
+    ],
+)
+def test_divergence_classification(log, diverged):
+    assert diverged_log(log) is diverged
+
+
+def test_collect_writes_the_table_with_paper_and_difference(tmp_path):
+    config = {"table": "toy", "bleu": "bleu_tokenized",
+              "paper": {"admin": {6: 27.9, 18: 28.8}, "postln": {6: 27.8, 18: "diverged"}}}
+    for name, value in [("admin_6L_seed1", 27.0), ("admin_6L_seed2", 28.0), ("postln_6L_seed1", 27.5)]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "scores.json").write_text(json.dumps({"bleu_tokenized": value}))
+    (tmp_path / "postln_18L_seed1").mkdir()
+    (tmp_path / "postln_18L_seed1" / "diverged").write_text("")
+    (tmp_path / "admin_18L_seed1").mkdir()  # still running
+    paths = collect(tmp_path, config)
+    markdown = Path(paths["markdown"]).read_text()
+    assert "| admin | 6 | 2 | 27.50 | 27.9 | -0.40 |" in markdown
+    assert "| admin | 18 | 0 | – | 28.8 |  |" in markdown
+    assert "| postln | 6 | 1 | 27.50 | 27.8 | -0.30 |" in markdown
+    assert "| postln | 18 | 1 | diverged | diverged |  |" in markdown
+    assert Path(paths["csv"]).read_text().splitlines()[0] == "method,depth,seeds,bleu,paper,difference,status"
