@@ -26,7 +26,11 @@ setup(
         "subword-nmt",
         "regex",
         "tensorboardX",  # fairseq's --tensorboard-logdir (and its import-time notice without it)
+        "matplotlib",  # the benchmarks' plots
     ],
     extras_require={"test": ["pytest"]},
-    entry_points={"console_scripts": ["deepnmt-user-dir=deepnmt_plugin.cli:print_user_dir"]},
+    entry_points={"console_scripts": [
+        "deepnmt-user-dir=deepnmt_plugin.cli:print_user_dir",
+        "deepnmt-export=deepnmt_plugin.export:main",
+    ]},
 )

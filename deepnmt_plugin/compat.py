@@ -28,33 +28,72 @@ class UnsafeCheckpointError(pickle.UnpicklingError):
     """A checkpoint references a Python global outside the fairseq allowlist."""
 
 
-def _refuse_unknown_globals(load_checkpoint_to_cpu):
-    """Turn torch's multi-paragraph weights-only error into one line naming file and global."""
+class CorruptCheckpointError(SystemExit):
+    """A checkpoint file cannot be read: one line naming it, exit status 1 (no traceback).
+
+    torch reports a truncated file as a multi-line ``RuntimeError`` about miniz, an empty one as a bare
+    ``EOFError`` and a damaged legacy pickle as a ``KeyError``; a file that reads but holds no fairseq
+    checkpoint fails inside fairseq's upgrade code with a ``KeyError``. All name neither file nor cause.
+    """
+
+    def __init__(self, path, error: BaseException):
+        # torch's weights-only unpickler puts the actual cause after a paragraph about weights_only
+        detail = re.search(r"WeightsUnpickler error:\s*(.+)", str(error))
+        reason = detail.group(1) if detail else str(error).strip().split("\n")[0].split(". ")[0]
+        super().__init__(
+            f"deepnmt: error: cannot read checkpoint {path}: the file is truncated, corrupt or not a "
+            f"fairseq checkpoint ({type(error).__name__}{': ' + reason if reason else ''})"
+        )
+
+
+# What torch.load and fairseq's upgrade of the loaded dict raise for an unreadable file.
+UNREADABLE_CHECKPOINT_ERRORS = (RuntimeError, EOFError, KeyError, pickle.UnpicklingError)
+
+
+def _checkpoint_error(path, error: BaseException) -> BaseException:
+    """The one-line error for a checkpoint that failed to load: unsafe global, or unreadable file."""
+    found = re.search(r"GLOBAL (\S+)", str(error))
+    if isinstance(error, pickle.UnpicklingError) and found:
+        allowed = ", ".join(f"{g.__module__}.{g.__qualname__}" for g in FAIRSEQ_CHECKPOINT_GLOBALS)
+        return UnsafeCheckpointError(
+            f"refusing to load checkpoint {path}: it references {found.group(1)}, which is not one "
+            f"of the types fairseq checkpoints contain ({allowed}); "
+            "load it with torch.load(..., weights_only=False) only if you trust its source"
+        )
+    return CorruptCheckpointError(path, error)
+
+
+def _refuse_unreadable(load_checkpoint_to_cpu):
+    """Turn torch's multi-paragraph load errors into one line naming the file and the cause."""
 
     @functools.wraps(load_checkpoint_to_cpu)
     def load(path, *args, **kwargs):
         try:
             return load_checkpoint_to_cpu(path, *args, **kwargs)
-        except pickle.UnpicklingError as error:
-            if isinstance(error, UnsafeCheckpointError):
-                raise
-            found = re.search(r"GLOBAL (\S+)", str(error))
-            culprit = found.group(1) if found else "an unsupported object"
-            allowed = ", ".join(f"{g.__module__}.{g.__qualname__}" for g in FAIRSEQ_CHECKPOINT_GLOBALS)
-            raise UnsafeCheckpointError(
-                f"refusing to load checkpoint {path}: it references {culprit}, which is not one "
-                f"of the types fairseq checkpoints contain ({allowed}); "
-                "load it with torch.load(..., weights_only=False) only if you trust its source"
-            ) from None
+        except UNREADABLE_CHECKPOINT_ERRORS as error:
+            raise _checkpoint_error(path, error) from None
 
     load.deepnmt_wrapped = True
     return load
+
+
+def read_checkpoint(path) -> dict:
+    """A checkpoint's dict exactly as saved (no fairseq upgrade), weights-only, with the same errors.
+
+    For tools that rewrite checkpoints (averaging, export): what they save keeps the saved structure.
+    """
+    try:
+        with open(path, "rb") as handle:
+            state = torch.load(handle, map_location="cpu")
+    except UNREADABLE_CHECKPOINT_ERRORS as error:
+        raise _checkpoint_error(path, error) from None
+    if not isinstance(state, dict) or "model" not in state:
+        raise CorruptCheckpointError(path, KeyError("model"))
+    return state
 
 
 def install():
     if hasattr(torch.serialization, "add_safe_globals"):  # torch >= 2.4; older torch loads unrestricted
         torch.serialization.add_safe_globals(list(FAIRSEQ_CHECKPOINT_GLOBALS))
     if not getattr(checkpoint_utils.load_checkpoint_to_cpu, "deepnmt_wrapped", False):
-        checkpoint_utils.load_checkpoint_to_cpu = _refuse_unknown_globals(
-            checkpoint_utils.load_checkpoint_to_cpu
-        )
+        checkpoint_utils.load_checkpoint_to_cpu = _refuse_unreadable(checkpoint_utils.load_checkpoint_to_cpu)

@@ -29,7 +29,7 @@ DIVERGED = "diverged"
 SMOKE_FLAGS = [
     "--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128",
     "--decoder-ffn-embed-dim", "128", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-    "--max-update", "20", "--max-epoch", "0",
+    "--max-update", "20", "--max-epoch", "0", "--save-interval-updates", "10",
 ]
 SMOKE_MAX_TOKENS = 1024
 PROGRESS_LINE = re.compile(r"\| (train_inner|train|valid) \||\| admin: |^deepnmt: |Error")
@@ -136,7 +136,7 @@ class Reproduction:
                    *map(str, config["train"]), *map(str, config["methods"][run.method]),  # method flags win
                    "--encoder-layers", str(run.encoder_layers), "--decoder-layers", str(run.decoder_layers),
                    "--seed", str(run.seed), "--max-tokens", str(self.max_tokens),
-                   "--update-freq", str(self.update_freq), "--save-dir", str(save_dir),
+                   "--update-freq", str(self.update_freq), "--save-dir", str(save_dir), "--divergence-guard",
                    *self.hardware_flags(), *self.precision_flags()]
         if self.args.smoke:
             command += SMOKE_FLAGS
@@ -144,7 +144,7 @@ class Reproduction:
 
     def average_command(self, save_dir: Path, output: Path) -> List[str]:
         last = 2 if self.args.smoke else self.config.get("average_last", 1)
-        unit = "epoch" if self.args.smoke else self.config.get("average_by", "epoch")
+        unit = "update" if self.args.smoke else self.config.get("average_by", "epoch")
         return [sys.executable, "-m", "deepnmt_plugin.average_checkpoints", "--inputs", str(save_dir),
                 f"--num-{unit}-checkpoints", str(last), "--output", str(output)]
 
@@ -296,7 +296,8 @@ def parse_arguments(argv=None):
     parser.add_argument("--seeds", nargs="+", type=int, help="seeds (default: the config's, else 1)")
     parser.add_argument("--workdir", default="runs", help="where runs, logs and results go")
     parser.add_argument("--dry-run", action="store_true", help="print every command, run nothing")
-    parser.add_argument("--smoke", action="store_true", help="tiny dims and 20 updates: checks the pipeline on a CPU")
+    parser.add_argument("--smoke", action="store_true",
+                        help="64-128-2 models, 20 updates, the last 2 update checkpoints averaged: checks the pipeline on a CPU")
     return parser.parse_args(argv)
 
 

@@ -170,3 +170,30 @@ def test_collect_writes_the_table_with_paper_and_difference(tmp_path):
     assert "| postln | 6 | 1 | 27.50 | 27.8 | -0.30 |" in markdown
     assert "| postln | 18 | 1 | diverged | diverged |  |" in markdown
     assert Path(paths["csv"]).read_text().splitlines()[0] == "method,depth,seeds,bleu,paper,difference,status"
+
+
+def test_smoke_run_of_a_table_end_to_end(toy_data, tmp_path):
+    """--smoke through the real fairseq-train / average / fairseq-generate / score, then collect."""
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        reproduce.main([str(REPO / "configs" / "admin_iwslt14_de_en.yaml"), "--data", str(toy_data), "--smoke",
+                        "--methods", "postln", "admin", "--seeds", "1", "--workdir", str(tmp_path)])
+    log = output.getvalue()
+    assert "[1/2] postln_6L_seed1 average: finished" in log and "[2/2] admin_6L_seed1 score: finished" in log
+    table = (tmp_path / "admin_iwslt14_de_en" / "results.md").read_text()
+    rows = re.findall(r"^\| (postln|admin) \| 6 \| 1 \| ([\d.]+) \| ([\d.]+) \| ([-+\d.]+) \|$", table, re.M)
+    assert {r[0] for r in rows} == {"postln", "admin"}, table
+    for method, ours, paper, difference in rows:
+        run = tmp_path / "admin_iwslt14_de_en" / f"{method}_6L_seed1"
+        scores = json.loads((run / "scores.json").read_text())
+        assert float(ours) == scores["bleu_tokenized"] and float(paper) == {"postln": 35.64, "admin": 35.67}[method]
+        assert float(difference) == pytest.approx(float(ours) - float(paper), abs=0.011)
+        fairseq_bleu = float(re.search(r"BLEU4 = ([\d.]+)", (run / "generate.txt").read_text()).group(1))
+        assert scores["bleu_tokenized"] == pytest.approx(fairseq_bleu, abs=0.01)  # fairseq's own tokenized BLEU
+    assert (tmp_path / "admin_iwslt14_de_en" / "admin_6L_seed1" / "checkpoint_averaged.pt").exists()
+
+    rerun = io.StringIO()
+    with contextlib.redirect_stdout(rerun):  # every step is skipped the second time
+        reproduce.main([str(REPO / "configs" / "admin_iwslt14_de_en.yaml"), "--data", str(toy_data), "--smoke",
+                        "--methods", "postln", "admin", "--seeds", "1", "--workdir", str(tmp_path)])
+    assert rerun.getvalue().count("done before") == 8

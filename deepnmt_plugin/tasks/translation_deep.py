@@ -6,6 +6,13 @@ Transformer-Clinic profile file) and marks the model initialised. That moment is
 built (and, with ``--fp16``, halved) and before the optimizer exists, so fp16 master weights and every
 optimizer copy start from the initialised omega. The flag is a buffer saved in every checkpoint:
 resuming never re-initialises, and ``fairseq-generate`` needs nothing but the checkpoint.
+
+The divergence guard (opt-in, ``--divergence-guard``; see ``divergence_guard.py``) stops a run whose
+loss or gradients blow up with one line, before anything is saved.
+
+Training-dynamics diagnostics (opt-in, ``--diagnostics-interval K``; see ``diagnostics.py``): model
+update norm, per-layer gradient norms, LayerNorm input norms, Admin's beta and omega, measured every K
+updates around the optimizer step and logged as fairseq training stats.
 """
 
 import json
@@ -23,7 +30,9 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import II
 
+from deepnmt_plugin.diagnostics import GROUPS, REFERENCE_FILE, Diagnostics, parse_groups
 from deepnmt_plugin.models.admin import profile_admin, set_analytic_omega, set_omega_from_file
+from deepnmt_plugin.tasks.divergence_guard import DivergenceGuard
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +53,40 @@ class TranslationDeepConfig(TranslationConfig):
         default=None,
         metadata={"help": "read omega from a Transformer-Clinic profile.ratio.init instead of profiling"},
     )
+    divergence_guard: bool = field(
+        default=False,
+        metadata={"help": "stop with one line and exit status 1, saving nothing more, when the training "
+                          "loss or gradient norm is NaN/inf, the loss exceeds --divergence-max-loss, or "
+                          "fp16/AMP gradients overflow --divergence-overflow-patience times in a row"},
+    )
+    divergence_max_loss: Optional[float] = field(
+        default=None,
+        metadata={"help": "with --divergence-guard: stop when an update's training loss (base 2, as "
+                          "logged) exceeds this"},
+    )
+    divergence_overflow_patience: int = field(
+        default=10,
+        metadata={"help": "with --divergence-guard: stop after this many fp16/AMP gradient overflows in a "
+                          "row, each skipped by the loss scaler (fairseq itself stops only at --min-loss-scale)"},
+    )
+    diagnostics_interval: int = field(
+        default=0,
+        metadata={"help": "measure training-dynamics diagnostics every K updates (0: off, no cost); they "
+                          "appear in the train_inner lines at multiples of K, so use a multiple of --log-interval"},
+    )
+    diagnostics_groups: str = field(
+        default=",".join(GROUPS),
+        metadata={"help": "with --diagnostics-interval: comma-separated subset of " + ",".join(GROUPS)},
+    )
+    diagnostics_sentences: int = field(
+        default=16,
+        metadata={"help": "with --diagnostics-interval: the fixed held-out batch is the first N sentences "
+                          "of the first --valid-subset"},
+    )
     save_dir: str = II("checkpoint.save_dir")
     no_save: bool = II("checkpoint.no_save")
+    valid_subset: str = II("dataset.valid_subset")
+    ddp_backend: str = II("distributed_training.ddp_backend")
 
 
 def concatenate_batches(samples, pad, left_pad_source, left_pad_target):
@@ -72,12 +113,54 @@ class TranslationDeepTask(TranslationTask):
         if cfg.admin_profile_batches < 1:
             raise ValueError(f"--admin-profile-batches must be at least 1, got {cfg.admin_profile_batches}")
         self.admin_model = None
+        if cfg.divergence_max_loss is not None and not cfg.divergence_guard:
+            raise ValueError("--divergence-max-loss needs --divergence-guard")
+        self.divergence_guard = (
+            DivergenceGuard(cfg.divergence_max_loss, cfg.divergence_overflow_patience) if cfg.divergence_guard else None
+        )
+        self.diagnostics = self.build_diagnostics(cfg) if cfg.diagnostics_interval else None
+
+    def build_diagnostics(self, cfg):
+        if cfg.diagnostics_interval < 0 or cfg.diagnostics_sentences < 1:
+            raise ValueError("--diagnostics-interval and --diagnostics-sentences must be positive")
+        if cfg.ddp_backend == "fully_sharded":  # the probe pass needs every parameter on every rank
+            raise ValueError("--diagnostics-interval does not support --ddp-backend fully_sharded")
+        reference_path = None if cfg.no_save else os.path.join(cfg.save_dir, REFERENCE_FILE)
+        return Diagnostics(cfg.diagnostics_interval, parse_groups(cfg.diagnostics_groups),
+                           self.diagnostics_batch, reference_path)
+
+    def diagnostics_batch(self):
+        """The first ``--diagnostics-sentences`` sentences of the first validation subset, in file order."""
+        subset = self.cfg.valid_subset.split(",")[0]
+        if subset not in self.datasets:
+            self.load_dataset(subset)
+        dataset = self.datasets[subset]
+        samples = [dataset[i] for i in range(min(self.cfg.diagnostics_sentences, len(dataset)))]
+        return dataset.collater(samples)["net_input"]
 
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)
         # Kept so the train iterator request below can initialise omega before the optimizer exists.
         self.admin_model = model if hasattr(model, "admin_initialized") else None
         return model
+
+    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        if self.divergence_guard is not None:
+            self.divergence_guard.watch(optimizer, update_num)
+        return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+
+    def reduce_metrics(self, logging_outputs, criterion):
+        super().reduce_metrics(logging_outputs, criterion)
+        if self.divergence_guard is not None and criterion.training:  # the trainer sets eval() to validate
+            self.divergence_guard.check_training_loss(logging_outputs)
+
+    def optimizer_step(self, optimizer, model, update_num):
+        # called once per update (not per --update-freq micro-batch), with gradients all-reduced
+        if self.diagnostics is None:
+            return super().optimizer_step(optimizer, model, update_num)
+        self.diagnostics.before_step(model, optimizer, update_num)
+        super().optimizer_step(optimizer, model, update_num)
+        self.diagnostics.after_step(model, update_num)
 
     def get_batch_iterator(self, dataset, **kwargs):
         model = self.admin_model

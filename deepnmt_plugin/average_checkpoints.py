@@ -1,0 +1,106 @@
+"""Average the parameters of several checkpoints, as fairseq's ``scripts/average_checkpoints.py`` does.
+
+``python -m deepnmt_plugin.average_checkpoints --inputs a.pt b.pt --output avg.pt``, or
+``--inputs SAVE_DIR --num-epoch-checkpoints N`` (the last N ``checkpointE.pt``) /
+``--num-update-checkpoints N`` (the last N ``checkpoint_E_U.pt``), optionally up to
+``--checkpoint-upper-bound``. fairseq's script is not in its wheel; this is the same algorithm: every
+floating-point tensor of ``model`` is averaged (fp16 accumulated in fp32) and the rest of the first
+(newest) checkpoint is kept, so the result trains on or generates like any fairseq checkpoint.
+
+Two differences, both for checkpoints fairseq's script would mishandle: inputs are read through the
+plugin's weights-only loader (torch >= 2.6 refuses fairseq checkpoints otherwise), and non-float
+tensors (Admin's ``admin_initialized`` flag) must be equal in every input and are kept, where fairseq
+floor-divides their sum (which fails on a bool). The output is written atomically: a failure leaves
+no file.
+"""
+
+import argparse
+import os
+import re
+from collections import OrderedDict
+from typing import List, Optional
+
+import torch
+
+from deepnmt_plugin import compat
+
+
+class AverageError(SystemExit):
+    """Checkpoints cannot be averaged: one line, exit status 1, nothing written."""
+
+    def __init__(self, message: str):
+        super().__init__(f"deepnmt: error: {message}")
+
+
+def average_checkpoints(inputs: List[str]) -> dict:
+    """The first checkpoint's state with ``model`` replaced by the element-wise mean over ``inputs``."""
+    new_state, sums = None, OrderedDict()
+    for path in inputs:
+        state = compat.read_checkpoint(path)
+        if new_state is None:
+            new_state = state
+        model = state["model"]
+        if sums and list(model) != list(sums):
+            raise AverageError(f"{path} has other parameters than {inputs[0]}; average checkpoints of one model")
+        for name, tensor in model.items():
+            if not tensor.is_floating_point():
+                if name in sums and not torch.equal(sums[name], tensor):
+                    raise AverageError(f"{name} differs between {inputs[0]} and {path}; a non-float cannot be averaged")
+                sums[name] = tensor
+            elif name in sums:
+                sums[name] += tensor
+            else:
+                sums[name] = tensor.float() if tensor.dtype == torch.half else tensor.clone()  # clone: tied tensors
+    new_state["model"] = OrderedDict(
+        (name, total / len(inputs) if total.is_floating_point() else total) for name, total in sums.items()
+    )
+    return new_state
+
+
+def last_n_checkpoints(directory: str, n: int, update_based: bool, upper_bound: Optional[int] = None) -> List[str]:
+    """The ``n`` newest epoch (``checkpointE.pt``) or update (``checkpoint_E_U.pt``) checkpoints, newest first."""
+    pattern = re.compile(r"checkpoint_\d+_(\d+)\.pt" if update_based else r"checkpoint(\d+)\.pt")
+    entries = []
+    for name in os.listdir(directory):
+        found = pattern.fullmatch(name)
+        if found and (upper_bound is None or int(found.group(1)) <= upper_bound):
+            entries.append((int(found.group(1)), name))
+    if len(entries) < n:
+        kind = "update" if update_based else "epoch"
+        raise AverageError(f"found {len(entries)} {kind} checkpoints in {directory}, need {n}")
+    return [os.path.join(directory, name) for _, name in sorted(entries, reverse=True)[:n]]
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m deepnmt_plugin.average_checkpoints",
+        description="Average the parameters of several checkpoints (fairseq's scripts/average_checkpoints.py).",
+    )
+    parser.add_argument("--inputs", required=True, nargs="+",
+                        help="checkpoint files, or one directory with --num-epoch/update-checkpoints")
+    parser.add_argument("--output", required=True, help="where to write the averaged checkpoint")
+    count = parser.add_mutually_exclusive_group()
+    count.add_argument("--num-epoch-checkpoints", type=int, help="the last N checkpointE.pt of --inputs DIR")
+    count.add_argument("--num-update-checkpoints", type=int, help="the last N checkpoint_E_U.pt of --inputs DIR")
+    parser.add_argument("--checkpoint-upper-bound", type=int,
+                        help="with --num-*-checkpoints: ignore checkpoints after this epoch/update")
+    args = parser.parse_args(argv)
+
+    number = args.num_epoch_checkpoints or args.num_update_checkpoints
+    if args.checkpoint_upper_bound is not None and number is None:
+        parser.error("--checkpoint-upper-bound needs --num-epoch-checkpoints or --num-update-checkpoints")
+    inputs = args.inputs
+    if number is not None:
+        if len(inputs) != 1 or not os.path.isdir(inputs[0]):
+            parser.error("--num-epoch/update-checkpoints takes one directory in --inputs")
+        update_based = args.num_update_checkpoints is not None
+        inputs = last_n_checkpoints(inputs[0], number, update_based, args.checkpoint_upper_bound)
+    averaged = average_checkpoints(inputs)
+    partial = f"{args.output}.tmp"
+    torch.save(averaged, partial)
+    os.replace(partial, args.output)
+    print(f"averaged {len(inputs)} checkpoints into {args.output}: {', '.join(inputs)}")
+
+
+if __name__ == "__main__":
+    main()

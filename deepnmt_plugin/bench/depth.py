@@ -1,0 +1,249 @@
+"""Depth sweep: ``python -m deepnmt_plugin.bench.depth --data DIR [--quick | --micro]``.
+
+Every method (Post-LN, Pre-LN, Admin, DeepNorm, T-Fixup) at every depth (encoder = decoder layers)
+trains a 64-128-2 model with the same fixed learning rate, no warmup and the same token budget, as
+in DeepNet Fig. 5 (model update of 6L-6L to 100L-100L tiny models early in training) and T-Fixup
+Fig. 4b (200L-200L without warmup or LayerNorm). Each run is a ``fairseq-train`` with
+``--diagnostics-interval K --diagnostics-groups update`` and records: converged or diverged (NaN/inf
+loss or gradients, or a training loss that ended above where it started: ``reproduce.diverged_log``),
+the final validation loss and the update-norm curve ||F(x, theta_t) - F(x, theta_0)||.
+
+Outputs in ``--workdir``: ``bench_depth.json`` (every run), ``bench_depth.md`` (tables),
+``update_norm_<depth>L.png`` (update norm vs update, one line per method) and
+``final_loss_vs_depth.png``. A run whose ``result.json`` exists is not run again, so an interrupted
+sweep resumes; its log is ``<workdir>/<method>_<depth>L/train.log``.
+"""
+
+import argparse
+import json
+import logging
+import math
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import List, Optional
+
+from deepnmt_plugin.reproduce import DIVERGED, USER_DIR, data_bin, diverged_log
+
+METHODS = {  # method -> arch; the dims below override every size the arch names
+    "postln": "transformer",
+    "preln": "transformer_preln",
+    "admin": "transformer_admin",
+    "deepnorm": "transformer_deepnorm",
+    "tfixup": "transformer_tfixup",
+}
+TINY = [  # 64-128-2
+    "--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128",
+    "--decoder-ffn-embed-dim", "128", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+]
+CONVERGED, FAILED = "converged", "failed"
+
+
+@dataclass(frozen=True)
+class Preset:
+    depths: tuple
+    max_update: int
+    max_tokens: int
+    # updates between update-norm measurements (and train_inner lines): 1 in the real presets, since
+    # the first update already separates the methods (18L: Post-LN 9.0, DeepNorm 1.3 after update 1)
+    interval: int = 1
+    lr: float = 5e-4  # constant, the same for every method: no warmup
+
+
+PRESETS = {
+    "full": Preset(depths=(6, 18, 50, 100, 200), max_update=2000, max_tokens=4096),
+    "quick": Preset(depths=(6, 18, 50), max_update=60, max_tokens=1024),  # about 15 min on 2 CPU cores (estimated)
+    "micro": Preset(depths=(1, 2), max_update=4, max_tokens=512, interval=2),  # checks the pipeline
+}
+
+
+def train_command(data: str, method: str, depth: int, preset: Preset, save_dir: Path, cpu: bool) -> List[str]:
+    return [
+        sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", USER_DIR, "--task", "translation_deep",
+        "--arch", METHODS[method], "--encoder-layers", str(depth), "--decoder-layers", str(depth), *TINY, "--share-all-embeddings",
+        "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", str(preset.lr), "--lr-scheduler", "fixed",
+        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--dropout", "0.1",
+        "--max-tokens", str(preset.max_tokens), "--max-update", str(preset.max_update), "--seed", "1",
+        "--log-format", "simple", "--log-interval", str(preset.interval),
+        "--diagnostics-interval", str(preset.interval), "--diagnostics-groups", "update",
+        # validate once, when max-update is reached, not at every epoch end
+        "--validate-interval", str(10**6), "--no-save", "--save-dir", str(save_dir), *(["--cpu"] if cpu else []),
+    ]
+
+
+def update_norm_curve(log: str) -> List[List[float]]:
+    """[[update, update_norm], ...] from the train_inner lines."""
+    curve = []
+    for line in log.splitlines():
+        if "| train_inner |" in line and "update_norm=" in line:
+            update = re.search(r"num_updates=(\d+)", line).group(1)
+            curve.append([int(update), float(re.search(r"update_norm=([^,\s]+)", line).group(1))])
+    return curve
+
+
+def final_valid_loss(log: str) -> Optional[float]:
+    losses = re.findall(r"\| valid \|.*?\| loss (\S+) \|", log)
+    return float(losses[-1]) if losses else None
+
+
+def classify(log: str, returncode: int) -> str:
+    """diverged (the project's rule, or a non-finite validation loss), failed (a crash that is not a
+    divergence, e.g. out of memory), or converged."""
+    valid_loss = final_valid_loss(log)
+    if diverged_log(log) or (valid_loss is not None and not math.isfinite(valid_loss)):
+        return DIVERGED
+    if returncode != 0 or valid_loss is None:
+        return FAILED
+    return CONVERGED
+
+
+def run_one(args, method: str, depth: int, preset: Preset) -> dict:
+    directory = Path(args.workdir) / f"{method}_{depth}L"
+    result_path = directory / "result.json"
+    if result_path.exists():
+        return json.loads(result_path.read_text())
+    directory.mkdir(parents=True, exist_ok=True)
+    save_dir, log_path = directory / "checkpoints", directory / "train.log"
+    command = train_command(args.data_bin, method, depth, preset, save_dir, cpu=args.cpu)
+    started = time.time()
+    with open(log_path, "w") as log_file:
+        returncode = subprocess.run(command, stdout=log_file, stderr=subprocess.STDOUT).returncode
+    seconds = round(time.time() - started, 1)
+    shutil.rmtree(save_dir, ignore_errors=True)  # --no-save; only fairseq's crash.pt can be there
+    log = log_path.read_text()
+    losses = re.findall(r"\| train_inner \|.*?loss=([^,\s]+)", log)
+    result = {
+        "method": method, "depth": depth, "status": classify(log, returncode), "returncode": returncode,
+        "final_valid_loss": final_valid_loss(log), "final_train_loss": float(losses[-1]) if losses else None,
+        "update_norm": update_norm_curve(log), "seconds": seconds, "log": str(log_path),
+    }
+    result_path.write_text(json.dumps(result, indent=1))
+    return result
+
+
+def cell(run: Optional[dict], key: str) -> str:
+    if run is None:
+        return "–"
+    if run["status"] != CONVERGED:
+        return run["status"]
+    value = run[key] if key != "peak_update_norm" else max((v for _, v in run["update_norm"]), default=None)
+    return "–" if value is None else f"{value:.3f}"
+
+
+def write_markdown(runs: List[dict], path: Path, title: str) -> None:
+    methods = [m for m in METHODS if any(r["method"] == m for r in runs)]
+    depths = sorted({r["depth"] for r in runs})
+    by_key = {(r["method"], r["depth"]): r for r in runs}
+    header = "| method | " + " | ".join(f"{d}L-{d}L" for d in depths) + " |"
+    rule = "|---|" + "---|" * len(depths)
+    lines = [f"### {title}", ""]
+    for caption, key in (("Final validation loss", "final_valid_loss"),
+                         ("Peak update norm ||F(x, θ_t) − F(x, θ_0)||", "peak_update_norm")):
+        lines += [f"{caption}:", "", header, rule]
+        lines += [f"| {m} | " + " | ".join(cell(by_key.get((m, d)), key) for d in depths) + " |" for m in methods]
+        lines.append("")
+    minutes = sum(r["seconds"] for r in runs) / 60
+    lines.append(f"{len(runs)} runs, {minutes:.1f} minutes of training in all.")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def write_plots(runs: List[dict], workdir: Path) -> List[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # importing fairseq set the root logger to DEBUG
+    import matplotlib.pyplot as plt
+
+    written = []
+    for depth in sorted({r["depth"] for r in runs}):
+        figure, axes = plt.subplots(figsize=(6, 4))
+        for run in (r for r in runs if r["depth"] == depth and r["update_norm"]):
+            steps, values = zip(*run["update_norm"])
+            label = run["method"] + ("" if run["status"] == CONVERGED else f" ({run['status']})")
+            axes.plot(steps, values, marker="." if len(steps) < 30 else None, label=label)
+        axes.set(title=f"Model update, {depth}L-{depth}L 64-128-2", xlabel="update", xscale="log",
+                 ylabel="||F(x, θ_t) − F(x, θ_0)||")
+        axes.legend()
+        written.append(workdir / f"update_norm_{depth}L.png")
+        figure.savefig(written[-1], dpi=100, bbox_inches="tight")
+        plt.close(figure)
+
+    figure, axes = plt.subplots(figsize=(6, 4))
+    for method in (m for m in METHODS if any(r["method"] == m for r in runs)):
+        points = sorted((r["depth"], r["final_valid_loss"]) for r in runs if r["method"] == method and r["status"] == CONVERGED)
+        line, = axes.plot([d for d, _ in points], [loss for _, loss in points], marker="o", label=method)
+        failed = [r["depth"] for r in runs if r["method"] == method and r["status"] != CONVERGED]
+        if failed:  # a diverged run has no loss to plot: an x on the x axis marks it
+            axes.plot(failed, [0] * len(failed), "x", color=line.get_color(), markersize=10, clip_on=False)
+    depths = sorted({r["depth"] for r in runs})
+    axes.set(title="Final validation loss (x on the axis: diverged)", xlabel="layers per stack",
+             ylabel="validation loss", xscale="log")
+    axes.set_xticks(depths, [str(d) for d in depths])
+    axes.minorticks_off()
+    axes.set_ylim(bottom=0)
+    axes.legend()
+    written.append(workdir / "final_loss_vs_depth.png")
+    figure.savefig(written[-1], dpi=100, bbox_inches="tight")
+    plt.close(figure)
+    return written
+
+
+def parse_arguments(argv=None):
+    parser = argparse.ArgumentParser("python -m deepnmt_plugin.bench.depth", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", required=True, help="a data-prep output (holding data-bin/) or a data-bin folder")
+    presets = parser.add_mutually_exclusive_group()
+    presets.add_argument("--quick", action="store_const", dest="preset", const="quick",
+                         help=f"{PRESETS['quick']}: at most 30 minutes on 2 CPU cores")
+    presets.add_argument("--micro", action="store_const", dest="preset", const="micro",
+                         help=f"{PRESETS['micro']}: checks the pipeline in seconds")
+    parser.set_defaults(preset="full")
+    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
+    parser.add_argument("--depths", nargs="+", type=int, help="override the preset's depths")
+    parser.add_argument("--workdir", help="runs, logs, JSON, tables and plots (default: runs/bench_depth/<preset>)")
+    parser.add_argument("--cpu", action="store_true", help="train on the CPU even when CUDA is available")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_arguments(argv)
+    preset = PRESETS[args.preset]
+    if args.depths:
+        preset = Preset(tuple(args.depths), preset.max_update, preset.max_tokens, preset.interval, preset.lr)
+    args.data_bin = data_bin(args.data)
+    args.cpu = args.cpu or not cuda_available()
+    workdir = Path(args.workdir or f"runs/bench_depth/{args.preset}")
+    args.workdir = str(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    plan = [(m, d) for d in preset.depths for m in args.methods]
+    title = (f"Depth sweep ({args.preset}): 64-128-2, lr {preset.lr:g} constant (no warmup), "
+             f"{preset.max_update} updates x {preset.max_tokens} tokens")
+    print(f"{title}: {len(plan)} runs in {workdir} on {'CPU' if args.cpu else 'CUDA'}", flush=True)
+    runs = []
+    for index, (method, depth) in enumerate(plan, 1):
+        label = f"[{index}/{len(plan)}] {method} {depth}L-{depth}L"
+        print(f"{label} ...", flush=True)
+        run = run_one(args, method, depth, preset)
+        loss = "–" if run["final_valid_loss"] is None else f"{run['final_valid_loss']:.3f}"
+        print(f"{label}: {run['status']}, valid loss {loss}, {run['seconds']:.0f} s (log: {run['log']})", flush=True)
+        runs.append(run)
+    report = {"preset": args.preset, "settings": asdict(preset), "runs": runs}
+    (workdir / "bench_depth.json").write_text(json.dumps(report, indent=1))
+    write_markdown(runs, workdir / "bench_depth.md", title)
+    plots = write_plots(runs, workdir)
+    print(f"wrote {workdir / 'bench_depth.json'}, {workdir / 'bench_depth.md'} and {len(plots)} plots", flush=True)
+    print((workdir / "bench_depth.md").read_text(), flush=True)
+    return 0
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""Export a deepnmt checkpoint as a stock fairseq ``transformer`` checkpoint.
+
+``python -m deepnmt_plugin.export IN.pt OUT.pt`` (or ``deepnmt-export IN.pt OUT.pt``). The result loads
+and generates with plain fairseq, without ``--user-dir``, on torch >= 2.6 weights-only loading: it holds
+only tensors and plain containers (the config is a dict, not fairseq's ``argparse.Namespace``).
+
+Each recipe is re-parameterised as a stock layout computing the same function (eval mode):
+
+* Pre-LN: already fairseq's ``--encoder-normalize-before/--decoder-normalize-before`` layout.
+* DeepNorm: LayerNorm is scale invariant, ``LN(alpha*x + f(x)) = LN(x + f(x)/alpha)``, so 1/alpha
+  goes into each branch's last projection (``out_proj``, ``fc2``: weights and biases) and the model is
+  Post-LN. Exact up to LN's epsilon: the original normalises with an effective eps/alpha^2, the export
+  with eps; it shows (about 1e-4) only where the summed input is near zero, e.g. at padding.
+* Admin: ``x_i = LN_i(omega_i * x_{i-1} + f_i(x_{i-1}))`` with a per-dimension omega_i (Liu et al. 2020,
+  Eq. 5). Per-dimension scaling is not absorbed by LN_i, so omega_i moves into whatever produced
+  x_{i-1}: the output is stored pre-multiplied, x' = omega_i * x_{i-1}, and every reader of x_{i-1}
+  divides it back out of its input columns (W x = (W / omega_i) x'). Readers of x_{i-1}: the residual
+  (now x' + f_i), and f_i's input projections only: q/k/v for self-attention (its incremental keys and
+  values too), q for encoder attention, fc1 for the FFN. Producers:
+
+  - sublayer i > 1: x_{i-1} = LN_{i-1}(...), whose affine (gamma, beta) is multiplied by omega_i. The
+    encoder output (last encoder LN, read by every decoder k/v projection) and the decoder output (last
+    decoder LN) have no omega after them and are left alone.
+  - sublayer 1 reads the embeddings, x_0 = s * E[token] + P[position]: with ``--layernorm-embedding``
+    that LN takes omega_1; otherwise E and P are multiplied column-wise. Sinusoidal positions are not
+    parameters, so they become a learned table holding omega_1 * sinusoid (same rows, same position
+    numbering, ``--max-*-positions`` rows as fairseq already enforces). A scaled decoder table that is
+    also the output projection gets 1/omega_1 into the last decoder LN (logits = (h/omega) (E*omega)^T),
+    and encoder and decoder tables, scaled by different omegas, are untied (``share_all_embeddings``
+    off, decoder input/output still shared).
+
+* T-Fixup has no LayerNorm; stock fairseq's transformer always has one per sublayer: refused.
+"""
+
+import argparse
+import dataclasses
+import os
+import sys
+from collections import OrderedDict
+from typing import Dict, List, Tuple
+
+import torch
+from fairseq.data import Dictionary
+from fairseq.modules import SinusoidalPositionalEmbedding
+from fairseq.tasks.translation import TranslationConfig
+
+from deepnmt_plugin import compat
+from deepnmt_plugin.models.deepnorm import deepnorm_alpha
+
+# Our archs are transformer_<method><size>; stock fairseq names the same sizes so.
+STOCK_ARCHS = {
+    "": "transformer", "_iwslt_de_en": "transformer_iwslt_de_en", "_big": "transformer_vaswani_wmt_en_de_big",
+}
+# fairseq's Dictionary puts <pad> at index 1; position numbering and the sinusoid's zero row follow it.
+PAD = Dictionary().pad()
+StateDict = Dict[str, torch.Tensor]
+
+
+class ExportError(SystemExit):
+    """The checkpoint cannot be exported: one line, exit status 1, nothing written."""
+
+    def __init__(self, message: str):
+        super().__init__(f"deepnmt: error: {message}")
+
+
+def sublayers(side: str, layers: int) -> List[Tuple[str, str, List[str]]]:
+    """A stack's residual sublayers in forward order: (residual module, its LayerNorm, the projections
+    reading the sublayer's input)."""
+    attention_inputs = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"]
+    order = [("self_attn_residual", "self_attn_layer_norm", attention_inputs)]
+    if side == "decoder":
+        order.append(("encoder_attn_residual", "encoder_attn_layer_norm", ["encoder_attn.q_proj"]))
+    order.append(("ffn_residual", "final_layer_norm", ["fc1"]))
+    return [
+        (f"{side}.layers.{i}.{residual}", f"{side}.layers.{i}.{norm}", [f"{side}.layers.{i}.{p}" for p in projections])
+        for i in range(layers) for residual, norm, projections in order
+    ]
+
+
+def fold_deepnorm(model: StateDict, cfg: dict) -> StateDict:
+    """LN(alpha*x + f(x)) = LN(x + f(x)/alpha): divide the branch's last projection by alpha."""
+    model = OrderedDict(model)
+    for side in ("encoder", "decoder"):
+        alpha = deepnorm_alpha(side, cfg["encoder_layers"], cfg["decoder_layers"])
+        for i in range(cfg[f"{side}_layers"]):
+            for last in ("self_attn.out_proj", "encoder_attn.out_proj", "fc2"):
+                for name in (f"{side}.layers.{i}.{last}.weight", f"{side}.layers.{i}.{last}.bias"):
+                    if name in model:  # the decoder's encoder_attn only
+                        model[name] = model[name] / alpha
+    return model
+
+
+def fold_admin(model: StateDict, cfg: dict) -> Tuple[StateDict, dict]:
+    """Move every omega into the producer of its sublayer's input (module docstring); returns the new
+    state dict and the model flags that change."""
+    model, flags = OrderedDict(model), {}
+    between = [k for k in model if k.startswith(("decoder.project_in_dim", "decoder.project_out", "decoder.adaptive"))]
+    if between:  # a layer between the embedding tables and the first sublayer or the logits
+        raise ExportError(f"cannot export Admin with {between[0]}: omega_1 is folded through the embedding tables")
+    for side in ("encoder", "decoder"):
+        producer = None  # the LayerNorm whose output the next sublayer reads; None: the embeddings
+        for residual, layer_norm, projections in sublayers(side, cfg[f"{side}_layers"]):
+            omega = model.pop(f"{residual}.omega")
+            if (omega == 0).any():
+                raise ExportError(f"{residual}.omega has a zero entry; it cannot be divided out of its branch")
+            if producer is None:
+                fold_into_embeddings(model, cfg, flags, side, omega)
+            else:
+                for name in (f"{producer}.weight", f"{producer}.bias"):
+                    model[name] = model[name] * omega
+            for projection in projections:  # W (out x in) / omega: input column j divided by omega_j
+                model[f"{projection}.weight"] = model[f"{projection}.weight"] / omega
+            producer = layer_norm
+    model.pop("admin_initialized")
+    return model, flags
+
+
+def fold_into_embeddings(model: StateDict, cfg: dict, flags: dict, side: str, omega: torch.Tensor) -> None:
+    """omega_1 * x_0, x_0 = s * E[token] + P[position] (or LN_emb of it): see the module docstring."""
+    if f"{side}.layernorm_embedding.weight" in model:
+        for name in (f"{side}.layernorm_embedding.weight", f"{side}.layernorm_embedding.bias"):
+            model[name] = model[name] * omega
+        return
+    tokens = f"{side}.embed_tokens.weight"
+    original = model[tokens]
+    model[tokens] = original * omega
+    if cfg["share_all_embeddings"]:
+        flags["share_all_embeddings"] = False  # encoder and decoder tables now differ
+    if side == "decoder" and cfg["share_decoder_input_output_embed"]:
+        model["decoder.output_projection.weight"] = model[tokens]
+        last = sublayers("decoder", cfg["decoder_layers"])[-1][1]
+        for name in (f"{last}.weight", f"{last}.bias"):
+            model[name] = model[name] / omega
+    if cfg["no_token_positional_embeddings"]:
+        return
+    positions = f"{side}.embed_positions.weight"
+    if positions not in model:  # sinusoidal: the same rows as a learned table
+        rows = cfg[f"max_{'source' if side == 'encoder' else 'target'}_positions"] + PAD + 1
+        sinusoid = SinusoidalPositionalEmbedding.get_embedding(rows, original.size(1), PAD)
+        model[positions] = sinusoid.to(original.dtype)
+        flags[f"{side}_learned_pos"] = True
+    model[positions] = model[positions] * omega
+
+
+def plain(value, where: str):
+    """``value`` with argparse.Namespace as dicts, checked to hold nothing torch's weights-only loading refuses."""
+    if isinstance(value, argparse.Namespace):
+        value = vars(value)
+    if isinstance(value, dict):
+        return type(value)((key, plain(item, f"{where}[{key!r}]")) for key, item in value.items())
+    if isinstance(value, (list, tuple)):
+        return type(value)(plain(item, f"{where}[{i}]") for i, item in enumerate(value))
+    if value is None or isinstance(value, (str, bool, torch.Tensor)):
+        return value
+    if isinstance(value, float):  # numpy.float64 is a float, but pickles as a numpy global
+        return float(value)
+    if type(value) is int:
+        return value
+    raise ExportError(f"cannot export {where}: {type(value).__name__} is not a plain value")
+
+
+def stock_config(cfg: dict, model_flags: dict) -> dict:
+    """The training config, with the model as a stock transformer and the task as fairseq's translation."""
+    cfg = plain(cfg, "cfg")
+    model = dict(cfg["model"], **model_flags)
+    method = model.pop("deep_method")
+    size = model["arch"][len(f"transformer_{method}"):]
+    model["arch"] = model["_name"] = STOCK_ARCHS[size]
+    translation_fields = {f.name for f in dataclasses.fields(TranslationConfig)}
+    task = {k: v for k, v in cfg["task"].items() if k in translation_fields or k == "_name"}
+    task["_name"] = "translation"
+    common = dict(cfg["common"], user_dir=None)
+    return dict(cfg, model=model, task=task, common=common)
+
+
+def export(state: dict, path: str = "checkpoint") -> dict:
+    """A stock fairseq checkpoint computing what ``state``'s model computes (no optimizer state: for inference)."""
+    if state.get("cfg") is None:
+        raise ExportError(f"{path} has no 'cfg': not a fairseq >= 0.10 checkpoint")
+    model_cfg = plain(state["cfg"]["model"], "cfg['model']")
+    method = model_cfg.get("deep_method")
+    if method is None:
+        raise ExportError(
+            f"{path} is not a deepnmt checkpoint (arch {model_cfg.get('arch')}); it loads without the plugin already"
+        )
+    if method == "tfixup":
+        raise ExportError(
+            f"cannot export {path}: transformer_tfixup has no LayerNorm, and stock fairseq's transformer "
+            "normalises every sublayer; serve it with --user-dir"
+        )
+    model, flags = state["model"], {}
+    if method == "deepnorm":
+        model = fold_deepnorm(model, model_cfg)
+    elif method == "admin":
+        model, flags = fold_admin(model, model_cfg)
+    elif method != "preln":
+        raise ExportError(f"cannot export {path}: no stock fairseq layout for deep method {method!r}")
+    return {
+        "args": None,
+        "cfg": stock_config(state["cfg"], flags),
+        "model": model,
+        "optimizer_history": plain(state["optimizer_history"], "optimizer_history"),
+        "extra_state": {"train_iterator": plain(state["extra_state"]["train_iterator"], "train_iterator")},
+    }
+
+
+def export_checkpoint(source: str, target: str) -> None:
+    """Read ``source``, write its stock export to ``target`` (atomically: a failure leaves no file)."""
+    if os.path.exists(target) and os.path.samefile(source, target):
+        raise ExportError(f"refusing to overwrite the checkpoint being exported ({source})")
+    exported = export(compat.read_checkpoint(source), source)
+    partial = f"{target}.tmp"
+    torch.save(exported, partial)
+    os.replace(partial, target)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="deepnmt-export",
+        description="Export a transformer_{deepnorm,preln,admin} checkpoint as a stock fairseq transformer "
+                    "checkpoint that loads and generates without --user-dir.",
+    )
+    parser.add_argument("input", help="a checkpoint written by fairseq-train --user-dir deepnmt_plugin")
+    parser.add_argument("output", help="where to write the stock fairseq checkpoint")
+    args = parser.parse_args(argv)
+    export_checkpoint(args.input, args.output)
+    print(f"exported {args.input} -> {args.output}: a stock fairseq transformer, no --user-dir needed", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

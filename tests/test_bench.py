@@ -1,0 +1,69 @@
+"""Depth sweep: run classification and log parsing, and the --micro preset end to end on the toy corpus."""
+
+import json
+
+import pytest
+
+from deepnmt_plugin.bench import depth
+
+TRAIN_INNER = ("2026-01-01 | INFO | train_inner | epoch 001:      {n} / 11 loss={loss}, nll_loss=5.1, ppl=34.3, "
+               "num_updates={n}, lr=0.0005, gnorm=1.2, update_norm={norm}, wall=3")
+VALID = "2026-01-01 | INFO | valid | epoch 001 | valid on 'valid' subset | loss {loss} | ppl 29.39 | num_updates 4"
+
+
+def log(losses, norms, valid_loss=None, tail=""):
+    lines = [TRAIN_INNER.format(n=2 * i + 2, loss=loss, norm=norm) for i, (loss, norm) in enumerate(zip(losses, norms))]
+    return "\n".join(lines + ([VALID.format(loss=valid_loss)] if valid_loss is not None else []) + [tail])
+
+
+@pytest.mark.parametrize("text, returncode, status", [
+    (log([6.2, 5.4], [1.5, 2.25], 4.9), 0, "converged"),
+    (log([6.2, "nan"], [1.5, "nan"]), 1, "diverged"),  # fairseq stops on NaN gradients ...
+    (log([6.2, 5.4], [1.5, 2.25], tail="FloatingPointError: gradients are Nan/Inf"), 1, "diverged"),
+    (log([6.2, 9.7], [1.5, 40.0], 9.1), 0, "diverged"),  # ... not on a loss that exploded but stayed finite
+    (log([6.2, 5.4], [1.5, 2.25], "inf"), 0, "diverged"),
+    (log([6.2, 5.4], [1.5, 2.25], tail="RuntimeError: CUDA out of memory"), 1, "failed"),  # a crash, not a divergence
+])
+def test_classify(text, returncode, status):
+    assert depth.classify(text, returncode) == status
+
+
+def test_parse_curve_and_losses():
+    text = log([6.2, 5.4, 5.1], [1.5, 2.25, 2.125], 4.875)
+    assert depth.update_norm_curve(text) == [[2, 1.5], [4, 2.25], [6, 2.125]]
+    assert depth.final_valid_loss(text) == 4.875
+
+
+def test_micro_sweep_writes_json_table_and_plots(toy_data, tmp_path, capsys):
+    workdir = tmp_path / "sweep"
+    # a run recorded as diverged by an earlier invocation: reused, not run again, and shown as diverged
+    earlier = {"method": "tfixup", "depth": 2, "status": "diverged", "returncode": 1, "final_valid_loss": None,
+               "final_train_loss": None, "update_norm": [[2, 3.5]], "seconds": 4.0, "log": "earlier.log"}
+    (workdir / "tfixup_2L").mkdir(parents=True)
+    (workdir / "tfixup_2L" / "result.json").write_text(json.dumps(earlier))
+
+    assert depth.main(["--data", str(toy_data), "--micro", "--methods", "postln", "tfixup", "--workdir", str(workdir), "--cpu"]) == 0
+    report = json.loads((workdir / "bench_depth.json").read_text())
+    assert report["preset"] == "micro" and report["settings"]["max_update"] == 4
+    runs = {(r["method"], r["depth"]): r for r in report["runs"]}
+    assert list(runs) == [("postln", 1), ("tfixup", 1), ("postln", 2), ("tfixup", 2)]
+    assert runs[("tfixup", 2)] == earlier
+    for key in [("postln", 1), ("tfixup", 1), ("postln", 2)]:
+        run = runs[key]
+        assert run["status"] == "converged" and run["returncode"] == 0
+        assert [step for step, _ in run["update_norm"]] == [2, 4]  # every --interval 2 updates
+        assert all(value > 0 for _, value in run["update_norm"])
+        assert 0 < run["final_valid_loss"] < run["final_train_loss"] + 2
+        assert not (workdir / f"{key[0]}_{key[1]}L" / "checkpoints").exists()
+
+    table = (workdir / "bench_depth.md").read_text()
+    assert "| method | 1L-1L | 2L-2L |" in table
+    assert f"| tfixup | {runs[('tfixup', 1)]['final_valid_loss']:.3f} | diverged |" in table
+    peak = max(v for _, v in runs[("postln", 2)]["update_norm"])
+    assert f"| postln | {max(v for _, v in runs[('postln', 1)]['update_norm']):.3f} | {peak:.3f} |" in table
+    for name in ("update_norm_1L.png", "update_norm_2L.png", "final_loss_vs_depth.png"):
+        assert (workdir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    output = capsys.readouterr().out
+    assert "[4/4] tfixup 2L-2L: diverged, valid loss –, 4 s (log: earlier.log)" in output
+    assert output.count(": converged, valid loss ") == 3
