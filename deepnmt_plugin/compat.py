@@ -6,12 +6,15 @@ Every shim names the upstream problem it works around. Importing the plugin inst
 
 import argparse
 import functools
+import glob
+import os
 import pickle
 import re
 
 import torch
-from fairseq import checkpoint_utils
+from fairseq import checkpoint_utils, utils
 from fairseq.distributed import utils as distributed_utils
+from fairseq.tasks.translation import TranslationTask
 
 # torch >= 2.6 defaults ``torch.load(weights_only=True)``, whose unpickler refuses every global
 # that is not allowlisted; fairseq 0.12 calls ``torch.load`` without ``weights_only`` and its
@@ -92,8 +95,37 @@ def read_checkpoint(path) -> dict:
     return state
 
 
+class DataDirectoryError(SystemExit):
+    """``fairseq-train DATA`` without a usable DATA: one line naming it, exit status 1 (no traceback)."""
+
+    def __init__(self, message: str):
+        super().__init__(f"deepnmt: error: {message}")
+
+
+def _check_data_directories(setup_task):
+    """fairseq's translation tasks answer a missing or empty data directory with a FileNotFoundError
+    traceback from deep inside ``setup_task``; check first and say which directory is wrong."""
+
+    @functools.wraps(setup_task)
+    def setup(cls, cfg, **kwargs):
+        for path in utils.split_paths(cfg.data):
+            if not os.path.isdir(path):
+                raise DataDirectoryError(f"data directory {path} does not exist")
+            if not glob.glob(os.path.join(path, "dict.*.txt")):
+                raise DataDirectoryError(
+                    f"data directory {path} holds no fairseq-preprocess output (no dict.*.txt)"
+                )
+        return setup_task(cls, cfg, **kwargs)
+
+    setup.deepnmt_wrapped = True
+    return setup
+
+
 def install():
     if hasattr(torch.serialization, "add_safe_globals"):  # torch >= 2.4; older torch loads unrestricted
         torch.serialization.add_safe_globals(list(FAIRSEQ_CHECKPOINT_GLOBALS))
     if not getattr(checkpoint_utils.load_checkpoint_to_cpu, "deepnmt_wrapped", False):
         checkpoint_utils.load_checkpoint_to_cpu = _refuse_unreadable(checkpoint_utils.load_checkpoint_to_cpu)
+    if not getattr(TranslationTask.setup_task, "deepnmt_wrapped", False):
+        unwrapped = TranslationTask.__dict__["setup_task"].__func__  # called with cls, so subclasses stay themselves
+        TranslationTask.setup_task = classmethod(_check_data_directories(unwrapped))

@@ -274,10 +274,22 @@ def test_unreadable_files_are_named_in_one_line(content, reason, tmp_path):
                                       f"corrupt or not a fairseq checkpoint ({reason})")
 
 
-def test_missing_data_directory_names_it_and_writes_nothing(tmp_path):
-    """fairseq's own message (a traceback whose last line names the directory); nothing is saved."""
-    missing = tmp_path / "no-such-data-bin"
-    result = train(missing, tmp_path / "checkpoints", DEEPNORM, 10, check=False)
-    assert result.returncode == 1
-    assert last_line(result.stderr) == f"FileNotFoundError: [Errno 2] No such file or directory: '{missing}'"
+@pytest.mark.parametrize("problem", ["missing", "empty"])
+def test_bad_data_directory_names_it_in_one_line_and_writes_nothing(problem, tmp_path):
+    data = tmp_path / "data-bin"
+    if problem == "empty":
+        data.mkdir()
+    result = train(data, tmp_path / "checkpoints", DEEPNORM, 10, check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert last_line(result.stderr) == {
+        "missing": f"deepnmt: error: data directory {data} does not exist",
+        "empty": f"deepnmt: error: data directory {data} holds no fairseq-preprocess output (no dict.*.txt)",
+    }[problem]
     assert not list((tmp_path / "checkpoints").glob("*"))
+
+
+def test_generate_with_the_stock_task_checks_the_data_directory_too(tmp_path):
+    result = fairseq_cli("fairseq-generate", tmp_path / "nowhere", "--user-dir", USER_DIR, "--path", "x.pt",
+                         "--cpu", check=False)
+    assert result.returncode == 1
+    assert last_line(result.stderr) == f"deepnmt: error: data directory {tmp_path / 'nowhere'} does not exist"
