@@ -36,7 +36,15 @@ def _wrap_like_fairseq(layer, cfg):
     return fsdp_wrap(layer, min_num_params=0 if cfg.checkpoint_activations else cfg.min_params_to_wrap)
 
 
-class DeepTransformerEncoderLayer(TransformerEncoderLayerBase):
+class FeedForwardBranch:
+    """The FFN branch both layer kinds share: ``dropout(fc2(act_dropout(act(fc1(x)))))``."""
+
+    def feed_forward(self, x: Tensor) -> Tensor:
+        x = self.activation_dropout_module(self.activation_fn(self.fc1(x)))
+        return self.dropout_module(self.fc2(x))
+
+
+class DeepTransformerEncoderLayer(FeedForwardBranch, TransformerEncoderLayerBase):
     """Encoder layer: self-attention and FFN sublayers, each joined by the recipe's residual."""
 
     def __init__(self, cfg):
@@ -63,12 +71,8 @@ class DeepTransformerEncoderLayer(TransformerEncoderLayerBase):
         x = self.self_attn_residual(x, self_attention, self.self_attn_layer_norm)
         return self.ffn_residual(x, self.feed_forward, self.final_layer_norm)
 
-    def feed_forward(self, x: Tensor) -> Tensor:
-        x = self.activation_dropout_module(self.activation_fn(self.fc1(x)))
-        return self.dropout_module(self.fc2(x))
 
-
-class DeepTransformerDecoderLayer(TransformerDecoderLayerBase):
+class DeepTransformerDecoderLayer(FeedForwardBranch, TransformerDecoderLayerBase):
     """Decoder layer: self-attention, encoder-attention and FFN sublayers, each with the recipe's residual."""
 
     def __init__(self, cfg, no_encoder_attn=False):
@@ -122,10 +126,6 @@ class DeepTransformerDecoderLayer(TransformerDecoderLayerBase):
 
         x = self.ffn_residual(x, self.feed_forward, self.final_layer_norm)
         return x, attn[0], None
-
-    def feed_forward(self, x: Tensor) -> Tensor:
-        x = self.activation_dropout_module(self.activation_fn(self.fc1(x)))
-        return self.dropout_module(self.fc2(x))
 
 
 class DeepTransformerEncoder(TransformerEncoderBase):

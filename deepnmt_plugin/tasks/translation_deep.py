@@ -1,8 +1,9 @@
 """``--task translation_deep``: fairseq's translation task plus what the deep recipes need.
 
 Admin's one-time omega initialisation (a no-op for the other archs): on a fresh ``fairseq-train``
-start, when fairseq first asks for the training batch iterator, the task sets every omega of a ``transformer_admin`` model (profiling forward pass, analytic formula, or a
-Transformer-Clinic profile file) and marks the model initialised. That moment is after the model is
+start, when fairseq first asks for the training batch iterator, the task sets every omega of a
+``transformer_admin`` model (profiling forward pass, analytic formula, or a Transformer-Clinic
+profile file) and marks the model initialised. That moment is after the model is
 built (and, with ``--fp16``, halved) and before the optimizer exists, so fp16 master weights and every
 optimizer copy start from the initialised omega. The flag is a buffer saved in every checkpoint:
 resuming never re-initialises, and ``fairseq-generate`` needs nothing but the checkpoint.
