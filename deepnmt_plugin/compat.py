@@ -121,6 +121,32 @@ def _check_data_directories(setup_task):
     return setup
 
 
+def bf16_on_cuda(cfg) -> None:
+    """fairseq 0.12 reads ``--bf16`` as "bfloat16 on a TPU" (``options.py`` sets ``--tpu`` with it), so on a
+    GPU it crashes in ``torch_xla``. Where CUDA is there and ``torch_xla`` is not, train in bf16 on CUDA:
+    fairseq's Trainer then halves the model to bfloat16 and its FP16Optimizer keeps fp32 master weights
+    without loss scaling, as in later fairseq versions."""
+    common = cfg.common
+    if common.bf16 and common.tpu and not common.cpu and torch.cuda.is_available() and not _has_torch_xla():
+        common.tpu = False
+
+
+def _has_torch_xla() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch_xla") is not None
+
+
+def _bf16_on_cuda_first(call_main):
+    @functools.wraps(call_main)
+    def call(cfg, main, **kwargs):
+        bf16_on_cuda(cfg)
+        return call_main(cfg, main, **kwargs)
+
+    call.deepnmt_wrapped = True
+    return call
+
+
 def install():
     if hasattr(torch.serialization, "add_safe_globals"):  # torch >= 2.4; older torch loads unrestricted
         torch.serialization.add_safe_globals(list(FAIRSEQ_CHECKPOINT_GLOBALS))
@@ -129,3 +155,5 @@ def install():
     if not getattr(TranslationTask.setup_task, "deepnmt_wrapped", False):
         unwrapped = TranslationTask.__dict__["setup_task"].__func__  # called with cls, so subclasses stay themselves
         TranslationTask.setup_task = classmethod(_check_data_directories(unwrapped))
+    if not getattr(distributed_utils.call_main, "deepnmt_wrapped", False):  # fairseq-train's way into training
+        distributed_utils.call_main = _bf16_on_cuda_first(distributed_utils.call_main)

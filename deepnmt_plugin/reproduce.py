@@ -71,19 +71,31 @@ def batching(tokens_per_update: int, gpus: int, max_tokens: int) -> tuple:
 
 
 def load_config(path: str) -> dict:
+    """A table's config. Besides the required keys it may give ``batch_by_depth`` (a depth's own
+    ``tokens_per_update`` / ``max_tokens``, where the recipe batches it differently) and ``method_depths``
+    (the depths a method is run at, where the paper reports fewer than the table's ``depths``)."""
     with open(path) as handle:
         config = yaml.safe_load(handle)
     missing = {"table", "source_lang", "target_lang", "train", "methods", "depths", "generate", "bleu"} - config.keys()
     if missing:
         raise SystemExit(f"deepnmt: error: {path} lacks {', '.join(sorted(missing))}")
+    depths = {str(depth) for depth in config["depths"]}
+    stray = {str(depth) for depth in config.get("batch_by_depth", {})} - depths
+    for method, method_depths in config.get("method_depths", {}).items():
+        if method not in config["methods"]:
+            raise SystemExit(f"deepnmt: error: {path}: method_depths names {method}, which is not among its methods")
+        stray |= {str(depth) for depth in method_depths} - depths
+    if stray:
+        raise SystemExit(f"deepnmt: error: {path} names depths {sorted(stray)} that are not among its depths")
     return config
 
 
-def data_bin(data: str, must_exist: bool = True) -> str:
-    """A data-prep output folder (holding data-bin/) or a fairseq-preprocess folder itself."""
+def data_bin(data: str, must_exist: bool = True, folder: str = "data-bin") -> str:
+    """A data-prep output folder (holding ``folder``, data-bin/ unless a config names another) or a
+    fairseq-preprocess folder itself."""
     path = Path(data)
-    if (path / "data-bin").is_dir():
-        path = path / "data-bin"
+    if (path / folder).is_dir():
+        path = path / folder
     if must_exist and not any(path.glob("dict.*.txt")):
         raise SystemExit(f"deepnmt: error: {data} holds no fairseq-preprocess output (dict.*.txt); run data-prep first")
     return str(path)
@@ -93,16 +105,25 @@ class Reproduction:
     def __init__(self, config: dict, args):
         self.config, self.args = config, args
         self.workdir = Path(args.workdir)
-        # a dry run plans for the GPUs asked for, whatever this machine has
-        self.on_cuda = args.gpus > 0 and not args.smoke and (args.dry_run or self.cuda_available())
+        if args.smoke:  # on a GPU where there is one, so the smoke run checks the mixed-precision path too
+            self.on_cuda = args.gpus > 0 and self.cuda_available()
+        else:  # a dry run plans for the GPUs asked for, whatever this machine has
+            self.on_cuda = args.gpus > 0 and (args.dry_run or self.cuda_available())
         self.precision = args.precision or ("fp16" if self.on_cuda else "fp32")
-        self.tokens_per_update = config.get("tokens_per_update", config.get("max_tokens", 4096))
-        if args.smoke:
-            self.max_tokens, self.update_freq = SMOKE_MAX_TOKENS, 1
-        else:
-            self.max_tokens, self.update_freq = batching(
-                self.tokens_per_update, max(args.gpus, 1), config.get("max_tokens", 4096)
-            )
+        if self.precision != "fp32" and not self.on_cuda:
+            raise SystemExit(f"deepnmt: error: --precision {self.precision} needs a CUDA device; "
+                             "on the CPU use --precision fp32 (the default there)")
+
+    def batch(self, run: Run) -> tuple:
+        """(tokens per update, max tokens per GPU, update-freq) of a run: the table's batch, or its depth's
+        where ``batch_by_depth`` gives one (Admin's En-Fr 60L-12L: 16 x 5000 x 16 tokens, 6L: 8 x 8000 x 10)."""
+        by_depth = {str(depth): batch for depth, batch in self.config.get("batch_by_depth", {}).items()}
+        setting = {**self.config, **by_depth.get(depth_key(run.encoder_layers, run.decoder_layers), {})}
+        tokens_per_update = setting.get("tokens_per_update", setting.get("max_tokens", 4096))
+        if self.args.smoke:
+            return tokens_per_update, SMOKE_MAX_TOKENS, 1
+        max_tokens, update_freq = batching(tokens_per_update, max(self.args.gpus, 1), setting.get("max_tokens", 4096))
+        return tokens_per_update, max_tokens, update_freq
 
     @staticmethod
     def cuda_available() -> bool:
@@ -117,7 +138,9 @@ class Reproduction:
             raise SystemExit(f"deepnmt: error: unknown methods {sorted(unknown)}; this table has {list(self.config['methods'])}")
         depths = self.args.depths or self.config["depths"]
         seeds = self.args.seeds or self.config.get("seeds", [1])
-        return [Run(m, *parse_depth(d), s) for m in methods for d in depths for s in seeds]
+        method_depths = {method: {str(d) for d in ds} for method, ds in self.config.get("method_depths", {}).items()}
+        return [Run(m, *parse_depth(d), s) for m in methods for d in depths for s in seeds
+                if m not in method_depths or str(d) in method_depths[m]]
 
     def hardware_flags(self) -> List[str]:
         if not self.on_cuda:
@@ -131,12 +154,13 @@ class Reproduction:
 
     def train_command(self, run: Run, save_dir: Path) -> List[str]:
         config = self.config
+        _, max_tokens, update_freq = self.batch(run)
         command = ["fairseq-train", self.args.data_bin, "--user-dir", USER_DIR, "--task", "translation_deep",
                    "--source-lang", config["source_lang"], "--target-lang", config["target_lang"],
                    *map(str, config["train"]), *map(str, config["methods"][run.method]),  # method flags win
                    "--encoder-layers", str(run.encoder_layers), "--decoder-layers", str(run.decoder_layers),
-                   "--seed", str(run.seed), "--max-tokens", str(self.max_tokens),
-                   "--update-freq", str(self.update_freq), "--save-dir", str(save_dir), "--divergence-guard",
+                   "--seed", str(run.seed), "--max-tokens", str(max_tokens),
+                   "--update-freq", str(update_freq), "--save-dir", str(save_dir), "--divergence-guard",
                    *self.hardware_flags(), *self.precision_flags()]
         if self.args.smoke:
             command += SMOKE_FLAGS
@@ -164,9 +188,18 @@ class Reproduction:
 
     def run_all(self) -> None:
         runs = self.runs()
-        print(f"{self.config['table']}: {len(runs)} runs in {self.workdir}, precision {self.precision}, "
-              f"{self.tokens_per_update} tokens per update = {max(self.args.gpus, 1)} GPU x {self.max_tokens} "
-              f"tokens x update-freq {self.update_freq}", flush=True)
+        depths_by_batch: Dict[tuple, List[str]] = {}
+        for run in runs:
+            depths = depths_by_batch.setdefault(self.batch(run), [])
+            if run.depth not in depths:
+                depths.append(run.depth)
+        batches = "; ".join(
+            f"{tokens} tokens per update = {max(self.args.gpus, 1)} GPU x {max_tokens} tokens x update-freq {update_freq}"
+            + (f" ({', '.join(depths)})" if len(depths_by_batch) > 1 else "")
+            for (tokens, max_tokens, update_freq), depths in depths_by_batch.items()
+        )
+        print(f"{self.config['table']}: {len(runs)} runs in {self.workdir}, precision {self.precision}, {batches}",
+              flush=True)
         if not self.on_cuda and self.args.gpus > 0 and not self.args.smoke:
             print("warning: no CUDA device: training in fp32 on the CPU, which the papers' budgets do not fit", flush=True)
         for number, run in enumerate(runs, 1):
@@ -202,7 +235,8 @@ class Reproduction:
             print(f"{label} {step} ... (log: {log})", flush=True)
             started = time.time()
             returncode = run_logged(command, log, echo=step == "train")
-            if step == "train" and (returncode != 0 or diverged_log(log.read_text())):
+            # a crash that is not a divergence (a bad flag, out of memory) stops the table instead: rerun after the fix
+            if step == "train" and diverged_log(log.read_text()):
                 (directory / "diverged").write_text(f"fairseq-train exit code {returncode}\n")
                 print(f"{label}: diverged (see {log})", flush=True)
                 return
@@ -297,14 +331,15 @@ def parse_arguments(argv=None):
     parser.add_argument("--workdir", default="runs", help="where runs, logs and results go")
     parser.add_argument("--dry-run", action="store_true", help="print every command, run nothing")
     parser.add_argument("--smoke", action="store_true",
-                        help="64-128-2 models, 20 updates, the last 2 update checkpoints averaged: checks the pipeline on a CPU")
+                        help="64-128-2 models, 20 updates, the last 2 update checkpoints averaged: checks the pipeline "
+                             "(on the CPU, or on one GPU where there is one)")
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_arguments(argv)
     config = load_config(args.config)
-    args.data_bin = data_bin(args.data, must_exist=not args.dry_run)
+    args.data_bin = data_bin(args.data, must_exist=not args.dry_run, folder=config.get("data_bin", "data-bin"))
     args.workdir = os.path.join(args.workdir, Path(args.config).stem)
     Reproduction(config, args).run_all()
     return 0

@@ -5,6 +5,7 @@ the Moses steps leave as they are, so a test knows each output line exactly; the
 exercise a rule (tags, quotes, hyphens, control characters) are checked one by one.
 """
 
+import gzip
 import io
 import os
 import subprocess
@@ -22,10 +23,11 @@ def run_script(name, *args, env=None):
     return subprocess.run(command, capture_output=True, text=True, env=environment, timeout=600)
 
 
-def write_tarball(path, files):
-    """A tarball holding FILES ({member name: text}), with the directory entries real ones have."""
+def write_tarball(path, files, compression="gz"):
+    """A tarball holding FILES ({member name: text or bytes}), with the directory entries real ones have;
+    gzipped unless COMPRESSION is empty (a plain .tar)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(path, "w:gz") as tar:
+    with tarfile.open(path, f"w:{compression}" if compression else "w") as tar:
         directories = sorted({str(Path(name).parent) for name in files} - {"."})
         for directory in directories:
             entry = tarfile.TarInfo(directory)
@@ -152,11 +154,69 @@ def write_wmt_archives(folder, news_commentary_versions=("v12",)):
         name = f"training/news-commentary-{version}.de-en"
         news = {f"{name}.{lang}": wmt_corpus(f"nc{version}", lang, 60) for lang in languages}
         write_tarball(folder / f"training-parallel-nc-{version}.tgz", news)
-    pairs = (("src", "en"), ("ref", "de"), ("src", "de"), ("ref", "en"))
-    test_full = {f"test-full/newstest2014-deen-{kind}.{lang}.sgm": newstest_sgm(kind, lang, 2014, 4) for kind, lang in pairs}
-    write_tarball(folder / "test-full.tgz", test_full)
-    test = {f"test/newstest2017-ende-{kind}.{lang}.sgm": newstest_sgm(kind, lang, 2017, 3) for kind, lang in pairs[:2]}
+    write_test_full(folder)
+    pairs = (("src", "en"), ("ref", "de"))
+    test = {f"test/newstest2017-ende-{kind}.{lang}.sgm": newstest_sgm(kind, lang, 2017, 3) for kind, lang in pairs}
     write_tarball(folder / "test.tgz", test)
+    return folder
+
+
+def write_test_full(folder):
+    """test-full.tgz: newstest2014 of each pair in both directions (4 segments each), as statmt.org ships it."""
+    files = {}
+    for pair, (first, second) in (("deen", ("de", "en")), ("fren", ("fr", "en"))):
+        for kind, lang in (("src", "en"), ("ref", first), ("src", first), ("ref", second)):
+            files[f"test-full/newstest2014-{pair}-{kind}.{lang}.sgm"] = newstest_sgm(kind, lang, 2014, 4)
+    return write_tarball(folder / "test-full.tgz", files)
+
+
+# --- WMT'14 En-Fr ---------------------------------------------------------------------------------
+
+# Lines per corpus, in the recipe's order: 2800 in all, so valid is lines 1333 and 2666 (UN 133, Giga 566).
+WMT_ENFR_CORPORA = (("europarl", 700), ("commoncrawl", 500), ("un", 500), ("ncv9", 400), ("giga", 700))
+WMT_ENFR_RAW = {  # (corpus, line number): (en, fr), the lines that exercise a rule
+    # normalize-punctuation (« » to ", the space before ! and : dropped), -a hyphens, French elision
+    ("europarl", 5): ('He said: "This is state-of-the-art".', "Il a dit : « C'est l'état de l'art ! »"),
+    # a \r inside a line (no line break; normalize-punctuation drops it) and U+200B (becomes a space)
+    ("commoncrawl", 7): ("line\rwith\u200bcontrols", "ligne\ravec\u200bcontrôles"),
+    ("un", 9): ("yes , well , that is really all .", "oui ."),  # 8 : 2 tokens, dropped by clean-corpus-n
+    ("giga", 3): ("Maybe the well-known e-mail.", "Peut-être le courriel bien connu."),
+}
+
+
+def wmt_enfr_corpus(name, lang):
+    word = {"en": "sentence", "fr": "phrase"}[lang]
+    size = dict(WMT_ENFR_CORPORA)[name]
+    corpus = [f"{name} {word} {number} ." for number in range(1, size + 1)]
+    for (corpus_name, number), sides in WMT_ENFR_RAW.items():
+        if corpus_name == name:
+            corpus[number - 1] = sides[("en", "fr").index(lang)]
+    return lines(*corpus)
+
+
+def write_wmt_enfr_archives(folder):
+    """prepare-wmt14en2fr.sh's six archives in their original layout, other language pairs included:
+    Giga-FrEn is a plain tar of the two gzipped sides at its top level."""
+    languages = ("en", "fr")
+    europarl = {f"training/europarl-v7.fr-en.{lang}": wmt_enfr_corpus("europarl", lang) for lang in languages}
+    europarl["training/europarl-v7.de-en.de"] = "x\n"
+    write_tarball(folder / "training-parallel-europarl-v7.tgz", europarl)
+    commoncrawl = {f"commoncrawl.fr-en.{lang}": wmt_enfr_corpus("commoncrawl", lang) for lang in languages}
+    commoncrawl["commoncrawl.fr-en.annotation"] = "x\n"
+    commoncrawl["commoncrawl.de-en.de"] = "x\n"
+    write_tarball(folder / "training-parallel-commoncrawl.tgz", commoncrawl)
+    un = {f"un/undoc.2000.fr-en.{lang}": wmt_enfr_corpus("un", lang) for lang in languages}
+    un["un/undoc.2000.es-en.es"] = "x\n"
+    write_tarball(folder / "training-parallel-un.tgz", un)
+    news = {f"training/news-commentary-v9.fr-en.{lang}": wmt_enfr_corpus("ncv9", lang) for lang in languages}
+    news["training/news-commentary-v9.de-en.de"] = "x\n"
+    write_tarball(folder / "training-parallel-nc-v9.tgz", news)
+    giga = {
+        f"giga-fren.release2.fixed.{lang}.gz": gzip.compress(wmt_enfr_corpus("giga", lang).encode("utf-8"))
+        for lang in languages
+    }
+    write_tarball(folder / "training-giga-fren.tar", giga, compression="")
+    write_test_full(folder)
     return folder
 
 
@@ -238,3 +298,47 @@ def read(path):
 
 def unbpe(line):
     return line.replace("@@ ", "")
+
+
+# --- running a recipe and checking its BPE'd and binarized output ---------------------------------
+
+BPE_OPS = "30"
+
+
+def built(tmp_path_factory, name, script, archives_writer, env=None):
+    """Write the archives of a recipe into a fresh folder and run its script there with --bpe-ops 30."""
+    root = tmp_path_factory.mktemp(name)
+    archives_writer(root / "archives")
+    paths = ["--archives", root / "archives", "--output", root / "out"]
+    result = run_script(script, *paths, "--bpe-ops", BPE_OPS, env=env)
+    assert result.returncode == 0, result.stderr
+    return root, result
+
+
+def binarized(data_bin, split, pair, lang):
+    """The sentences of data-bin/SPLIT.PAIR.LANG, as fairseq reads them back (with <unk> for subwords
+    the training data lacks)."""
+    from fairseq.data import Dictionary, data_utils
+
+    dictionary = Dictionary.load(str(data_bin / f"dict.{lang}.txt"))
+    dataset = data_utils.load_indexed_dataset(str(data_bin / f"{split}.{pair}.{lang}"), dictionary)
+    return [dictionary.string(dataset[index]) for index in range(len(dataset))]
+
+
+def check_bpe_and_binarized(out, counts, languages, pre_bpe):
+    """The BPE'd text undoes to PRE_BPE[split, lang] and data-bin holds exactly it, joined dictionary."""
+    merges = read(out / "code")
+    assert merges[0] == "#version: 0.2" and len(merges) == 1 + int(BPE_OPS)
+    assert any("@@ " in line for line in read(out / f"train.{languages[0]}"))
+    dictionaries = [read(out / "data-bin" / f"dict.{lang}.txt") for lang in languages]
+    assert dictionaries[0] == dictionaries[1]
+    for split, count in counts.items():
+        for lang in languages:
+            text = read(out / f"{split}.{lang}")
+            assert len(text) == count
+            assert [unbpe(line) for line in text] == pre_bpe[split, lang]
+            vocabulary = {entry.split()[0] for entry in dictionaries[0]}
+            known = [" ".join(token if token in vocabulary else "<unk>" for token in line.split()) for line in text]
+            assert binarized(out / "data-bin", split, "-".join(languages), lang) == known
+            if split == "train":
+                assert known == text

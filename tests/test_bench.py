@@ -67,3 +67,24 @@ def test_micro_sweep_writes_json_table_and_plots(toy_data, tmp_path, capsys):
     output = capsys.readouterr().out
     assert "[4/4] tfixup 2L-2L: diverged, valid loss –, 4 s (log: earlier.log)" in output
     assert output.count(": converged, valid loss ") == 3
+
+
+def test_throughput_reports_every_arch_against_the_baseline(toy_data, capsys):
+    """Interleaved rounds on the same batches, a ratio per arch, and Admin's one-off costs."""
+    from deepnmt_plugin.bench import throughput
+
+    assert throughput.main(["--data", str(toy_data), "--dims", "tiny", "--layers", "1", "--max-tokens", "500",
+                            "--rounds", "2", "--updates", "1", "--archs", "transformer", "transformer_admin", "--cpu"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("words/s") >= 2 and "round 2/2" in out
+    assert "| transformer | " in out and "| 1.000 | 1.000 .. 1.000 |" in out  # the baseline against itself
+    ratio = float(out.split("| transformer_admin | ")[1].split(" | ")[1])
+    assert 0 < ratio < 10
+    assert "Admin omega profiling:" in out and "% of a 1000-update run" in out
+
+
+def test_throughput_refuses_half_precision_on_the_cpu(toy_data):
+    from deepnmt_plugin.bench import throughput
+
+    with pytest.raises(SystemExit, match="--precision fp16 needs a CUDA device"):
+        throughput.main(["--data", str(toy_data), "--cpu", "--precision", "fp16"])

@@ -69,3 +69,26 @@ def test_smuggled_global_is_refused_by_fairseq_generate(toy_data, tmp_path):
     last_line = result.stderr.strip().splitlines()[-1]
     assert "UnsafeCheckpointError: refusing to load checkpoint" in last_line and "posix.system" in last_line
     assert not marker.exists()
+
+
+def test_bf16_trains_on_cuda_not_on_a_missing_tpu(monkeypatch):
+    """fairseq 0.12 turns --bf16 into --tpu; with CUDA and no torch_xla, training stays on CUDA in bf16."""
+    from fairseq.distributed import utils as distributed_utils
+    from omegaconf import OmegaConf
+
+    from deepnmt_plugin import compat
+
+    assert distributed_utils.call_main.deepnmt_wrapped  # fairseq-train's way into training passes the check
+    cfg = lambda **common: OmegaConf.create({"common": {"bf16": True, "tpu": True, "cpu": False, **common}})
+    monkeypatch.setattr(compat, "_has_torch_xla", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    on_gpu = cfg()
+    compat.bf16_on_cuda(on_gpu)
+    assert on_gpu.common.tpu is False and on_gpu.common.bf16 is True
+    for kept in (cfg(cpu=True), cfg(bf16=False)):  # --cpu, or an explicit --tpu without bf16: fairseq's call
+        compat.bf16_on_cuda(kept)
+        assert kept.common.tpu is True
+    monkeypatch.setattr(compat, "_has_torch_xla", lambda: True)  # a real TPU host keeps fairseq's meaning
+    on_tpu = cfg()
+    compat.bf16_on_cuda(on_tpu)
+    assert on_tpu.common.tpu is True

@@ -140,3 +140,16 @@ def test_parallel_map_keeps_the_order(tmp_path):
     lines = [f"Satz {number}, oder?" for number in range(2500)]
     tokenized = list(parallel_map(functools.partial(moses.tokenize, lang="de"), lines, workers=2))
     assert tokenized == [f"Satz {number} , oder ?" for number in range(2500)]
+
+
+def test_train_sentence_count_follows_clean_corpus_n(tmp_path):
+    """The cleaned train's leading sentences: a sentence clean-corpus-n dropped is not counted, and a
+    phrase that ends like a sentence is not taken for one."""
+    raw = [("Ich gehe.", "I go."), ("Sehr langer Satz hier.", "Long."), ("Du kommst.", "You come."), ("Einspruch!", "objection!")]
+    tokenized = [("ich gehe .", "i go ."), ("sehr langer satz hier .", "long ."), ("du kommst .", "you come ."),
+                 ("einspruch !", "objection !")]
+    cleaned = [tokenized[0], tokenized[2], tokenized[3]]  # the 4 : 2 pair dropped
+    for name, pairs in (("train.raw", raw), ("train.tok", tokenized), ("train", cleaned)):
+        for side, lang in enumerate(("de", "en")):
+            (tmp_path / f"{name}.{lang}").write_text("".join(pair[side] + "\n" for pair in pairs))
+    assert ding.train_sentence_count(tmp_path) == 2

@@ -8,27 +8,18 @@ import sys
 import pytest
 
 from data_fixtures import (
+    BPE_OPS,
     IWSLT_TEST_SEGMENTS,
+    binarized,
+    built,
+    check_bpe_and_binarized,
     read,
     run_script,
-    unbpe,
     write_ding_deb,
     write_iwslt_archive,
     write_tarball,
     write_wmt_archives,
 )
-
-BPE_OPS = "30"
-
-
-def built(tmp_path_factory, name, script, archives_writer, env=None):
-    """Write the archives of a recipe into a fresh folder and run its script there with --bpe-ops 30."""
-    root = tmp_path_factory.mktemp(name)
-    archives_writer(root / "archives")
-    paths = ["--archives", root / "archives", "--output", root / "out"]
-    result = run_script(script, *paths, "--bpe-ops", BPE_OPS, env=env)
-    assert result.returncode == 0, result.stderr
-    return root, result
 
 
 @pytest.fixture(scope="module")
@@ -47,35 +38,6 @@ def wmt17(tmp_path_factory):
 @pytest.fixture(scope="module")
 def ding(tmp_path_factory):
     return built(tmp_path_factory, "ding", "prepare-ding-de-en.sh", write_ding_deb)
-
-
-def binarized(data_bin, split, pair, lang):
-    """The sentences of data-bin/SPLIT.PAIR.LANG, as fairseq reads them back (with <unk> for subwords
-    the training data lacks)."""
-    from fairseq.data import Dictionary, data_utils
-
-    dictionary = Dictionary.load(str(data_bin / f"dict.{lang}.txt"))
-    dataset = data_utils.load_indexed_dataset(str(data_bin / f"{split}.{pair}.{lang}"), dictionary)
-    return [dictionary.string(dataset[index]) for index in range(len(dataset))]
-
-
-def check_bpe_and_binarized(out, counts, languages, pre_bpe):
-    """The BPE'd text undoes to PRE_BPE[split, lang] and data-bin holds exactly it, joined dictionary."""
-    merges = read(out / "code")
-    assert merges[0] == "#version: 0.2" and len(merges) == 1 + int(BPE_OPS)
-    assert any("@@ " in line for line in read(out / f"train.{languages[0]}"))
-    dictionaries = [read(out / "data-bin" / f"dict.{lang}.txt") for lang in languages]
-    assert dictionaries[0] == dictionaries[1]
-    for split, count in counts.items():
-        for lang in languages:
-            text = read(out / f"{split}.{lang}")
-            assert len(text) == count
-            assert [unbpe(line) for line in text] == pre_bpe[split, lang]
-            vocabulary = {entry.split()[0] for entry in dictionaries[0]}
-            known = [" ".join(token if token in vocabulary else "<unk>" for token in line.split()) for line in text]
-            assert binarized(out / "data-bin", split, "-".join(languages), lang) == known
-            if split == "train":
-                assert known == text
 
 
 # --- IWSLT'14 -------------------------------------------------------------------------------------
@@ -295,16 +257,25 @@ def test_ding_holds_out_sentences_only_and_builds_the_pipeline(ding):
         ("Satz", "sentence"),
         ("Satzlesen", "reading"),
     ]
-    step = "[2/17] extract sentence and phrase pairs ... 41 sentence and 11 phrase pairs: train 47, valid 2, test 2"
+    step = "[2/19] extract sentence and phrase pairs ... 41 sentence and 11 phrase pairs: train 47, valid 2, test 2"
     assert step in result.stdout.splitlines()
+    assert "[17/19] select the train sentences ... 37 pairs" in result.stdout.splitlines()
     assert read(tmp / "train.de")[:2] == ["noch ist nicht aller tage abend .", "das abendessen hat mir geschmeckt ."]
     assert read(tmp / "train.en")[0] == "it &apos;s not over until it &apos;s over ."  # ’ normalized to '
     assert "aalsuppe" not in read(tmp / "train.de")  # 1 : 9 tokens, over clean-corpus-n's ratio 3
     counts = {"train": 46, "valid": 2, "test": 2}
     pre_bpe = {(split, lang): read(tmp / f"{split}.{lang}") for split in counts for lang in ("de", "en")}
     check_bpe_and_binarized(out, counts, ("de", "en"), pre_bpe)
+    # the sentences alone (the 37 train sentences lead train), binarized with data-bin's dictionary
+    for lang in ("de", "en"):
+        assert read(out / f"train-sentences.{lang}") == read(out / f"train.{lang}")[:37]
+        assert binarized(out / "data-bin-sentences", "train", "de-en", lang) == binarized(out / "data-bin", "train", "de-en", lang)[:37]
+        for split in ("valid", "test"):
+            assert binarized(out / "data-bin-sentences", split, "de-en", lang) == binarized(out / "data-bin", split, "de-en", lang)
+        assert read(out / "data-bin-sentences" / f"dict.{lang}.txt") == read(out / "data-bin" / f"dict.{lang}.txt")
     readme = (out / "README").read_text()
     assert "GNU GPL version 2 or later" in readme
+    assert "data-bin-sentences/" in readme
     assert "Ding version devel 2023-01-30 from trans-de-en_1.9-6_all.deb" in readme
 
 

@@ -39,27 +39,79 @@ def test_dry_run_plans_every_run_with_the_recipe(config):
     out = dry_run(config, "--gpus", "4")
     trains = [line for line in out.splitlines() if " train: " in line]
     seeds = spec.get("seeds", [1])
-    assert len(trains) == len(spec["methods"]) * len(spec["depths"]) * len(seeds)
-    for method, flags in spec["methods"].items():
+    method_depths = {method: [str(d) for d in depths] for method, depths in spec.get("method_depths", {}).items()}
+    planned = [(method, depth) for method in spec["methods"] for depth in spec["depths"]
+               if str(depth) in method_depths.get(method, [str(d) for d in spec["depths"]])]
+    assert len(trains) == len(planned) * len(seeds)
+    batch_by_depth = {str(depth): batch for depth, batch in spec.get("batch_by_depth", {}).items()}
+    for method, depth in planned:
+        flags = spec["methods"][method]
         arch = flags[flags.index("--arch") + 1]
-        for depth in spec["depths"]:
-            encoder, _, decoder = str(depth).partition("-")
-            line = next(l for l in trains if f"] {method}_{encoder}L" in l)
-            assert f"--arch {arch} " in line and f"--encoder-layers {encoder} --decoder-layers {decoder or encoder}" in line
-            assert "--task translation_deep" in line and "--distributed-world-size 4" in line and "--cpu" not in line
-            for flag in ("--lr", "--dropout", "--warmup-updates", "--weight-decay", "--optimizer"):
-                if flag in spec["train"] or flag in flags:
-                    values = [str(v) for v in spec["train"] + flags]
-                    expected = values[len(values) - 1 - values[::-1].index(flag) + 1]  # the last one wins
-                    assert re.findall(rf"{flag} (\S+)", line)[-1] == expected
+        encoder, _, decoder = str(depth).partition("-")
+        line = next(l for l in trains if f"] {method}_{encoder}L" in l)
+        assert f"--arch {arch} " in line and f"--encoder-layers {encoder} --decoder-layers {decoder or encoder}" in line
+        assert "--task translation_deep" in line and "--distributed-world-size 4" in line and "--cpu" not in line
+        for flag in ("--lr", "--dropout", "--warmup-updates", "--weight-decay", "--optimizer"):
+            if flag in spec["train"] or flag in flags:
+                values = [str(v) for v in spec["train"] + flags]
+                expected = values[len(values) - 1 - values[::-1].index(flag) + 1]  # the last one wins
+                assert re.findall(rf"{flag} (\S+)", line)[-1] == expected
+        batch = {**spec, **batch_by_depth.get(str(depth), {})}
+        max_tokens, update_freq = batching(batch.get("tokens_per_update", batch.get("max_tokens", 4096)), 4,
+                                           batch.get("max_tokens", 4096))
+        assert f"--max-tokens {max_tokens} --update-freq {update_freq} " in line
     assert out.count(" generate: ") == len(trains) and out.count(" score: ") == len(trains)
 
 
+@pytest.mark.parametrize("config, method, depth", [("deepnet_wmt17_en_de", "deepnorm", "6"),
+                                                   ("tfixup_wmt17_en_de", "tfixup", "30"),
+                                                   ("tfixup_wmt17_en_de", "tfixup_big", "6"),
+                                                   ("tfixup_wmt14_en_de", "tfixup", "12")])
 @pytest.mark.parametrize("gpus, max_tokens, update_freq", [(1, 4096, 128), (4, 4096, 32), (8, 4096, 16), (128, 4096, 1)])
-def test_deepnet_batch_is_128_x_4096_tokens_on_any_gpu_count(gpus, max_tokens, update_freq):
-    out = dry_run("deepnet_wmt17_en_de", "--gpus", str(gpus), "--methods", "deepnorm", "--depths", "6")
+def test_deepnet_batch_is_128_x_4096_tokens_on_any_gpu_count(config, method, depth, gpus, max_tokens, update_freq):
+    """DeepNet's Table 1 batch, which the T-Fixup WMT tables use too (T-Fixup publishes none)."""
+    out = dry_run(config, "--gpus", str(gpus), "--methods", method, "--depths", depth)
     assert f"524288 tokens per update = {gpus} GPU x {max_tokens} tokens x update-freq {update_freq}" in out
     assert f"--max-tokens {max_tokens} --update-freq {update_freq}" in out
+
+
+@pytest.mark.parametrize(
+    "gpus, batch_6l, batch_60l",  # (max tokens per GPU, update-freq) of 6L (8 x 8000 x 10) and 60L-12L (16 x 5000 x 16)
+    [(1, (8000, 80), (5000, 256)), (4, (8000, 20), (5000, 64)), (8, (8000, 10), (5000, 32)), (128, (5000, 1), (5000, 2))],
+)
+def test_admin_en_fr_batch_differs_by_depth(gpus, batch_6l, batch_60l):
+    out = dry_run("admin_wmt14_en_fr", "--gpus", str(gpus), "--methods", "admin")
+    trains = [line for line in out.splitlines() if " train: " in line]
+    assert len(trains) == 2
+    for depth, tokens, (max_tokens, update_freq) in (("6L", 640000, batch_6l), ("60L-12L", 1280000, batch_60l)):
+        line = next(l for l in trains if f"] admin_{depth}_seed1 train: " in l)
+        assert f"--max-tokens {max_tokens} --update-freq {update_freq} " in line
+        assert f"{tokens} tokens per update = {gpus} GPU x {max_tokens} tokens x update-freq {update_freq} ({depth})" in out
+    only_60l = dry_run("admin_wmt14_en_fr", "--gpus", str(gpus), "--methods", "admin", "--depths", "60-12")
+    max_tokens, update_freq = batch_60l  # one batch: no depth named
+    assert only_60l.splitlines()[0].endswith(f"1280000 tokens per update = {gpus} GPU x {max_tokens} tokens "
+                                             f"x update-freq {update_freq}")
+
+
+def test_a_method_runs_only_at_its_depths():
+    out = dry_run("tfixup_wmt17_en_de", "--gpus", "8")
+    trains = [line.split(" train: ")[0] for line in out.splitlines() if " train: " in line]
+    assert trains == ["[1/4] tfixup_6L_seed1", "[2/4] tfixup_20L_seed1", "[3/4] tfixup_30L_seed1", "[4/4] tfixup_big_6L_seed1"]
+    big = next(line for line in out.splitlines() if "tfixup_big_6L_seed1 train: " in line)
+    assert "--arch transformer_tfixup_big " in big and re.findall(r"--dropout (\S+)", big)[-1] == "0.3"
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"batch_by_depth": {"60-12": {"tokens_per_update": 8}}}, r"names depths \['60-12'\] that are not among its depths"),
+    ({"method_depths": {"admin": [6, 12]}}, r"names depths \['12'\] that are not among its depths"),
+    ({"method_depths": {"big": [6]}}, "method_depths names big, which is not among its methods"),
+])
+def test_a_config_naming_a_depth_or_method_it_lacks_is_refused(tmp_path, extra, message):
+    spec = {**yaml.safe_load((REPO / "configs" / "admin_wmt14_en_de.yaml").read_text()), "depths": [6], **extra}
+    path = tmp_path / "table.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(SystemExit, match=message):
+        reproduce.load_config(str(path))
 
 
 @pytest.mark.parametrize("gpus, expected", [(1, (8192, 4)), (4, (8192, 1)), (8, (4096, 1)), (128, (256, 1))])
@@ -78,6 +130,12 @@ def test_precision_flags():
     assert "--cpu" in cpu and "--fp16" not in cpu
 
 
+def test_half_precision_without_a_gpu_is_refused_in_one_line():
+    with pytest.raises(SystemExit, match="--precision fp16 needs a CUDA device"):
+        reproduce.main([str(REPO / "configs" / "admin_wmt14_en_de.yaml"), "--data", "unused", "--dry-run", "--gpus", "0",
+                        "--precision", "fp16"])
+
+
 @pytest.mark.parametrize(
     "config, method, expected",
     [  # the papers' / reference code's recipes, as listed in the issue
@@ -90,6 +148,16 @@ def test_precision_flags():
         ("deepnet_wmt17_en_de", "deepnorm", "--clip-norm 0 --dropout 0.4 --weight-decay 1e-4 --max-update 100000"),
         ("tfixup_iwslt14_de_en", "tfixup", "--lr 5e-4 --lr-scheduler inverse_sqrt_nowarmup --decay-period 4000"),
         ("tfixup_iwslt14_de_en", "tfixup", "--dropout 0.5 --weight-decay 1e-4"),
+        ("admin_wmt14_en_fr", "admin", "--optimizer radam --adam-betas '(0.9, 0.98)' --lr 7e-4 --lr-scheduler inverse_sqrt "
+         "--warmup-updates 8000 --warmup-init-lr 1e-7 --criterion label_smoothed_cross_entropy --label-smoothing 0.1 "
+         "--clip-norm 0 --dropout 0.1 --attention-dropout 0.1 --relu-dropout 0.1 --weight-decay 0 --max-epoch 50"),
+        ("admin_wmt14_en_fr", "postln", "--arch transformer_wmt_en_de --encoder-layers 60 --decoder-layers 12"),
+        ("admin_wmt14_en_fr", "preln", "--arch transformer_preln --encoder-layers 60 --decoder-layers 12"),
+        ("tfixup_wmt17_en_de", "tfixup", "--share-all-embeddings --optimizer adam --adam-betas '(0.9, 0.98)' --adam-eps 1e-8 "
+         "--lr 5e-4 --lr-scheduler inverse_sqrt_nowarmup --decay-period 4000"),
+        ("tfixup_wmt17_en_de", "tfixup", "--clip-norm 0 --dropout 0.4 --weight-decay 1e-4 --max-update 100000"),
+        ("tfixup_wmt14_en_de", "tfixup", "--lr 5e-4 --lr-scheduler inverse_sqrt_nowarmup --decay-period 4000"),
+        ("tfixup_wmt14_en_de", "tfixup", "--arch transformer_tfixup --encoder-layers 12 --decoder-layers 12"),
     ],
 )
 def test_recipe_values(config, method, expected):
@@ -101,6 +169,14 @@ def test_evaluation_settings():
     assert "--beam 5" in dry_run("admin_iwslt14_de_en", "--methods", "admin")
     assert "--beam 4 --lenpen 0.3" in dry_run("tfixup_iwslt14_de_en")
     assert "--num-epoch-checkpoints 10" in dry_run("admin_wmt14_en_de", "--methods", "admin")
+    en_fr = dry_run("admin_wmt14_en_fr", "--methods", "admin", "--depths", "6")
+    assert "--beam 5 --lenpen 0.8" in en_fr and "--num-epoch-checkpoints 10" in en_fr  # Clinic's eval_wmt_en-fr.sh
+    assert "--source-lang en --target-lang fr --json" in en_fr and "--sacrebleu-test-set" not in en_fr
+    for config in ("tfixup_wmt17_en_de", "tfixup_wmt14_en_de"):
+        out = dry_run(config)
+        assert "--warmup-updates" not in out  # T-Fixup trains without warmup
+        assert out.count("--beam 4 --lenpen 0.6") == out.count(" generate: ") > 0
+        assert "--num-update-checkpoints 10" in out and "--sacrebleu-test-set wmt14/full" in out
 
 
 def test_method_flags_override_the_table():
@@ -108,6 +184,17 @@ def test_method_flags_override_the_table():
     tfixup = next(l for l in out.splitlines() if "tfixup_18L" in l and " train: " in l)
     deepnorm = next(l for l in out.splitlines() if "deepnorm_18L" in l and " train: " in l)
     assert re.findall(r"--lr (\S+)", tfixup)[-1] == "5e-4" and re.findall(r"--lr (\S+)", deepnorm)[-1] == "0.0015"
+
+
+def test_collect_reads_the_encoder_decoder_depths_of_a_config(tmp_path):
+    config = yaml.safe_load((REPO / "configs" / "admin_wmt14_en_fr.yaml").read_text())
+    (tmp_path / "admin_60L-12L_seed1").mkdir()
+    (tmp_path / "admin_60L-12L_seed1" / "scores.json").write_text(json.dumps({"bleu_tokenized": 43.0}))
+    (tmp_path / "postln_60L-12L_seed1").mkdir()
+    (tmp_path / "postln_60L-12L_seed1" / "diverged").write_text("")
+    markdown = Path(collect(tmp_path, config)["markdown"]).read_text()
+    assert "| admin | 60-12 | 1 | 43.00 | 43.8 | -0.80 |" in markdown
+    assert "| postln | 60-12 | 1 | diverged | diverged |  |" in markdown
 
 
 def test_compound_split_matches_the_perl_one_liner():
@@ -197,3 +284,15 @@ def test_smoke_run_of_a_table_end_to_end(toy_data, tmp_path):
         reproduce.main([str(REPO / "configs" / "admin_iwslt14_de_en.yaml"), "--data", str(toy_data), "--smoke",
                         "--methods", "postln", "admin", "--seeds", "1", "--workdir", str(tmp_path)])
     assert rerun.getvalue().count("done before") == 8
+
+
+def test_a_crash_that_is_not_a_divergence_stops_the_table_and_is_not_marked_diverged(toy_data, tmp_path):
+    config = yaml.safe_load((REPO / "configs" / "admin_iwslt14_de_en.yaml").read_text())
+    config["methods"] = {"broken": ["--arch", "transformer_admin_iwslt_de_en", "--no-such-flag"]}
+    config_path = tmp_path / "broken_table.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    with pytest.raises(SystemExit, match=r"broken_6L_seed1 train failed \(exit 2\); see .*train.log"):
+        with contextlib.redirect_stdout(io.StringIO()):
+            reproduce.main([str(config_path), "--data", str(toy_data), "--smoke", "--seeds", "1", "--workdir", str(tmp_path)])
+    run = tmp_path / "broken_table" / "broken_6L_seed1"
+    assert not (run / "diverged").exists() and "unrecognized arguments: --no-such-flag" in (run / "train.log").read_text()

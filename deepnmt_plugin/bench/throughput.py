@@ -4,8 +4,8 @@
 One process builds a fairseq ``Trainer`` per arch with identical dims, depth, optimizer and
 criterion, and feeds every one the same training batches, interleaved: each round runs ``--updates``
 updates of every arch in turn, rotating the order, so machine noise (other jobs, frequency scaling)
-falls on all archs alike. A round's ratio is that arch's target words per second over the
-baseline's in the same round; the median over rounds is reported. The recipes add one elementwise
+falls on all archs alike. Every round uses the same batches, which each arch first trains on once,
+untimed. A round's ratio is that arch's target words per second over the baseline's in the same round; the median over rounds is reported. The recipes add one elementwise
 scale per sublayer (Admin's omega, DeepNorm's alpha) or remove LayerNorms (T-Fixup); the target is a
 ratio of at least 0.97 for every arch.
 
@@ -26,6 +26,7 @@ from fairseq import options, tasks, utils
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.trainer import Trainer
 
+from deepnmt_plugin.compat import bf16_on_cuda
 from deepnmt_plugin.diagnostics import GROUPS, Diagnostics
 from deepnmt_plugin.models.admin import profile_admin, set_analytic_omega
 from deepnmt_plugin.reproduce import USER_DIR, data_bin
@@ -48,6 +49,7 @@ def training_flags(args) -> List[str]:
         "--share-all-embeddings", "--optimizer", "adam", "--lr", "5e-4", "--dropout", "0.1",
         "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
         "--max-tokens", str(args.max_tokens), "--seed", "1", *(["--cpu"] if args.cpu else []),
+        *([f"--{args.precision}"] if args.precision != "fp32" else []),
     ]
 
 
@@ -57,6 +59,7 @@ def build_trainer(args, arch: str) -> Trainer:
         parser, [args.data_bin, "--user-dir", USER_DIR, "--task", "translation_deep", "--arch", arch, *training_flags(args)]
     )
     cfg = convert_namespace_to_omegaconf(namespace)
+    bf16_on_cuda(cfg)
     task = tasks.setup_task(cfg.task)
     model = task.build_model(cfg.model)
     return Trainer(cfg, task, model, task.build_criterion(cfg.criterion))
@@ -125,25 +128,26 @@ def measure(args) -> Dict[str, dict]:
         if hasattr(trainer.model, "admin_initialized"):  # omega set without data: profiling is timed separately
             set_analytic_omega(trainer.model)
             trainer.model.admin_initialized.fill_(True)
-    batches = fixed_batches(trainers[args.archs[0]], args.rounds * args.updates)
-    for trainer in trainers.values():  # untimed: optimizer state, allocator warm-up
-        trainer.train_step([batches[0]])
+    # every round trains on the same batches: a batch shape seen for the first time costs extra (CUDA
+    # kernel selection, allocator growth), so each arch first sees them all untimed
+    batches = fixed_batches(trainers[args.archs[0]], args.updates)
+    for trainer in trainers.values():
+        timed_updates(trainer, batches)
     seconds = {arch: [] for arch in args.archs}
+    tokens = sum(batch["ntokens"] for batch in batches)
     for round_ in range(args.rounds):
-        round_batches = batches[round_ * args.updates:(round_ + 1) * args.updates]
         order = args.archs[round_ % len(args.archs):] + args.archs[:round_ % len(args.archs)]
         for arch in order:
-            seconds[arch].append(timed_updates(trainers[arch], round_batches))
-        tokens = sum(batch["ntokens"] for batch in round_batches)
+            seconds[arch].append(timed_updates(trainers[arch], batches))
         print(f"round {round_ + 1}/{args.rounds}: " + ", ".join(f"{a} {tokens / seconds[a][-1]:.0f}" for a in args.archs)
               + " words/s", flush=True)
-    tokens = sum(batch["ntokens"] for batch in batches)
     baseline = args.archs[0]
     results = {}
     for arch in args.archs:
         ratios = [base / own for base, own in zip(seconds[baseline], seconds[arch])]  # same batches: wps ratio
-        results[arch] = {"wps": tokens / sum(seconds[arch]), "ratio": statistics.median(ratios),
-                         "min": min(ratios), "max": max(ratios), "update_seconds": sum(seconds[arch]) / len(batches)}
+        results[arch] = {"wps": tokens * args.rounds / sum(seconds[arch]), "ratio": statistics.median(ratios),
+                         "min": min(ratios), "max": max(ratios),
+                         "update_seconds": sum(seconds[arch]) / (args.rounds * len(batches))}
     admin = next((a for a in args.archs if "admin" in a), None)
     if admin:
         results[admin]["profiling_seconds"] = admin_profiling_seconds(trainers[admin], batches[0])
@@ -154,8 +158,8 @@ def measure(args) -> Dict[str, dict]:
 def report(args, results: Dict[str, dict]) -> str:
     embed, ffn, heads = DIMS[args.dims]
     lines = [f"Throughput, {args.layers}L-{args.layers}L {embed}-{ffn}-{heads}, {args.max_tokens} tokens per update, "
-             f"{args.rounds} interleaved rounds x {args.updates} updates, "
-             + ("CPU (process CPU time)" if args.cpu else "CUDA (wall time)"), "",
+             f"{args.rounds} interleaved rounds x {args.updates} updates, {args.precision}, "
+             + ("CPU (process CPU time)" if args.cpu else f"{torch.cuda.get_device_name()} (wall time)"), "",
              f"| arch | words/s | ratio to {args.archs[0]} (median) | min .. max over rounds |", "|---|---|---|---|"]
     for arch, result in results.items():
         lines.append(f"| {arch} | {result['wps']:.0f} | {result['ratio']:.3f} | {result['min']:.3f} .. {result['max']:.3f} |")
@@ -177,8 +181,10 @@ def parse_arguments(argv=None):
     parser.add_argument("--layers", type=int, default=6, help="encoder and decoder layers")
     parser.add_argument("--max-tokens", type=int, default=4096, help="tokens per update")
     parser.add_argument("--rounds", type=int, default=30, help="rounds; each runs every arch on the same batches")
-    parser.add_argument("--updates", type=int, default=2, help="updates per arch per round (short rounds cancel noise better)")
+    parser.add_argument("--updates", type=int, default=2, help="batches, trained by every arch in every round (short rounds cancel noise better)")
     parser.add_argument("--cpu", action="store_true", help="on the CPU even when CUDA is available")
+    parser.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default="fp32",
+                        help="fairseq's --fp16 / --bf16 (CUDA only), as the reproduction scripts train")
     return parser.parse_args(argv)
 
 
@@ -186,6 +192,8 @@ def main(argv=None) -> int:
     args = parse_arguments(argv)
     args.data_bin = data_bin(args.data)
     args.cpu = args.cpu or not torch.cuda.is_available()
+    if args.cpu and args.precision != "fp32":
+        raise SystemExit(f"deepnmt: error: --precision {args.precision} needs a CUDA device")
     print(report(args, measure(args)), flush=True)
     return 0
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from deepnmt_plugin.data.ding import DING
 from deepnmt_plugin.data.pipeline import DataPrepError, claim_output, run_steps, stamp_output
-from deepnmt_plugin.data.recipes import IWSLT14, WMT14, WMT17, Options
+from deepnmt_plugin.data.recipes import IWSLT14, WMT14, WMT14_EN_FR, WMT17, Options
 
-RECIPES = {recipe.name: recipe for recipe in (IWSLT14, WMT14, WMT17, DING)}
+RECIPES = {recipe.name: recipe for recipe in (IWSLT14, WMT14, WMT17, WMT14_EN_FR, DING)}
 
 
 def parse_arguments(argv):

@@ -9,7 +9,7 @@ import urllib.request
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, Tuple
 
 from deepnmt_plugin.data.pipeline import DataPrepError
 
@@ -27,6 +27,14 @@ class Archive:
     name: str  # the file name it is published under, looked for in --archives
     url: str
     members: Sequence[str] = ()  # the files the recipe reads from it
+    # The members are gzipped files (giga-fren's *.gz inside a plain tar): unpacked decompressed, under their
+    # names less ".gz", as the recipe's "tar xvf" then "gunzip" leaves them.
+    gunzip: bool = False
+
+    @property
+    def unpacked(self) -> Tuple[str, ...]:
+        """The members' names once unpacked (relative to the unpacking folder)."""
+        return tuple(member.removesuffix(".gz") if self.gunzip else member for member in self.members)
 
 
 def ensure_archives(archives: Sequence[Archive], folder: Path, download: bool) -> None:
@@ -61,22 +69,27 @@ def download_file(url: str, destination: Path) -> None:
         partial.unlink(missing_ok=True)
 
 
-def unpack_members(archive_path: Path, members: Sequence[str], destinations: Sequence[Path]) -> str:
-    """Copy the named files out of a tarball (names as listed by ``tar t``, a leading "./" ignored)."""
+def unpack_members(
+    archive_path: Path, members: Sequence[str], destinations: Sequence[Path], gunzip: bool = False
+) -> str:
+    """Copy the named files out of a tarball (names as listed by ``tar t``, a leading "./" ignored),
+    decompressing each on the way when they are gzipped files (``gunzip``)."""
     wanted = dict(zip(members, destinations))
     try:
         with tarfile.open(archive_path, "r:*") as tar:
             for member in tar:
                 destination = wanted.get(member.name.removeprefix("./"))
                 if destination is not None and member.isfile():
-                    with tar.extractfile(member) as source, open(destination, "wb") as target:
+                    with tar.extractfile(member) as packed, open(destination, "wb") as target:
+                        source = gzip.GzipFile(fileobj=packed) if gunzip else packed
                         shutil.copyfileobj(source, target, 1 << 20)
                     del wanted[member.name.removeprefix("./")]
                     if not wanted:
                         break
     except BROKEN_ARCHIVE_ERRORS as error:
+        contents = " of gzipped files" if gunzip else ""
         raise DataPrepError(
-            f"{archive_path} is corrupt or not a tar archive ({first_line(error)})"
+            f"{archive_path} is corrupt or not a tar archive{contents} ({first_line(error)})"
         ) from error
     if wanted:
         raise DataPrepError(f"{archive_path} lacks {', '.join(wanted)}: not the archive this recipe expects")

@@ -11,13 +11,14 @@ import itertools
 import re
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 from typing import Iterable, List, Optional
 
 from deepnmt_plugin.data import moses, recipes
 from deepnmt_plugin.data.archives import BROKEN_ARCHIVE_ERRORS
-from deepnmt_plugin.data.pipeline import DataPrepError, Step, read_lines, write_lines
+from deepnmt_plugin.data.pipeline import DataPrepError, Step, read_lines, read_pairs, write_lines
 from deepnmt_plugin.data.recipes import SPLITS, Options, Recipe
 
 PACKAGE = "trans-de-en"
@@ -198,6 +199,51 @@ def ding_steps(options: Options) -> List[Step]:
     return steps
 
 
+def train_sentence_count(tmp: Path) -> int:
+    """How many cleaned train pairs are example sentences. ``extract`` writes the train sentences first,
+    tokenizing keeps every line and clean-corpus-n keeps the order, so they are the cleaned file's first
+    lines: those of the leading sentence pairs of train.raw that clean-corpus-n kept."""
+    raw = read_pairs(tmp / "train.raw.de", tmp / "train.raw.en")
+    sentences = sum(1 for _ in itertools.takewhile(lambda pair: all(map(is_sentence, pair)), raw))
+    cleaned = read_pairs(tmp / "train.de", tmp / "train.en")
+    kept, current = 0, next(cleaned, None)
+    for _, pair in zip(range(sentences), read_pairs(tmp / "train.tok.de", tmp / "train.tok.en")):
+        if current is not None and [" ".join(side.split()) for side in pair] == list(current):
+            kept, current = kept + 1, next(cleaned, None)
+    return kept
+
+
+def sentence_steps(options: Options) -> List[Step]:
+    """train-sentences.{de,en} and data-bin-sentences/: the train sentences alone (no dictionary phrases),
+    binarized with data-bin's dictionaries. Word-for-word phrases are most of train and teach a small
+    model little about sentences in a few minutes; the quickstart trains on these."""
+    languages = ("de", "en")
+
+    def select(*paths):
+        count = train_sentence_count(options.tmp)
+        for lang, path in zip(languages, paths):
+            write_lines(path, itertools.islice(read_lines(options.output / f"train.{lang}"), count))
+        return f"{count} pairs"
+
+    def binarize(destdir: Path) -> str:
+        log = options.tmp / "fairseq-preprocess-sentences.log"
+        dictionaries = options.output / "data-bin"
+        command = [sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", "de", "--target-lang", "en",
+                   "--trainpref", str(options.output / "train-sentences"), "--validpref", str(options.output / "valid"),
+                   "--testpref", str(options.output / "test"), "--srcdict", str(dictionaries / "dict.de.txt"),
+                   "--tgtdict", str(dictionaries / "dict.en.txt"), "--destdir", str(destdir),
+                   "--workers", str(options.workers)]
+        with open(log, "w", encoding="utf-8") as out:
+            if subprocess.run(command, stdout=out, stderr=subprocess.STDOUT).returncode != 0:
+                raise DataPrepError(f"fairseq-preprocess failed, see {log}")
+        return f"data-bin's dictionaries (log: {log.relative_to(options.output)})"
+
+    return [
+        Step("select the train sentences", [options.output / f"train-sentences.{lang}" for lang in languages], select),
+        Step("binarize the train sentences", [options.output / "data-bin-sentences"], binarize),
+    ]
+
+
 def preprocess(line: str, lang: str) -> str:
     """normalize-punctuation | remove-non-printing-char | tokenizer (no -a, as IWSLT) | lowercase."""
     return moses.lowercase(
@@ -214,6 +260,7 @@ DING = Recipe(
     default_bpe_ops=8000,
     ensure_sources=ensure_dictionary,
     corpus_steps=ding_steps,
+    binarized_steps=sentence_steps,
     about=f"""
 Source: the Ding dictionary (Frank Richter, https://dict.tu-chemnitz.de/), from Debian's {PACKAGE}
 package. Licence: GNU GPL version 2 or later; this corpus is derived from it, so the GPL applies too.
@@ -224,5 +271,7 @@ Pairs: each " | "-aligned part of an entry, its first ";" alternative, annotatio
 to train.
 Pre-processing: normalize-punctuation, remove-non-printing-char, Moses tokenizer (no -a, as IWSLT),
 lowercase; clean-corpus-n -ratio {CLEAN_RATIO}, 1-{MAX_TOKENS} tokens, on every split; joint BPE on train.
+Sentences only: train-sentences.{{de,en}} and data-bin-sentences/ (same dictionaries, valid and test) hold
+the train sentences without the phrases, for short runs such as the quickstart's.
 """,
 )

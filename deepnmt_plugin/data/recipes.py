@@ -1,7 +1,8 @@
 """fairseq's translation data recipes, step by step, plus the shared BPE / binarize / README tail.
 
 IWSLT'14 De-En follows ``examples/translation/prepare-iwslt14.sh``; WMT'17 En-De follows
-``examples/translation/prepare-wmt14en2de.sh`` and WMT'14 En-De the same script with ``--icml17``.
+``examples/translation/prepare-wmt14en2de.sh`` and WMT'14 En-De the same script with ``--icml17``;
+WMT'14 En-Fr follows ``examples/translation/prepare-wmt14en2fr.sh``.
 Intermediate files keep the scripts' names under ``OUTPUT/tmp`` (unpacked archives under ``tmp/orig``).
 """
 
@@ -9,9 +10,10 @@ import functools
 import re
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Sequence
+from typing import Callable, Dict, Iterable, Iterator, List, Sequence, Tuple
 
 from deepnmt_plugin.data import moses, subwords
 from deepnmt_plugin.data.archives import Archive, ensure_archives, unpack_members
@@ -63,6 +65,7 @@ class Recipe:
     corpus_steps: Callable[[Options], List[Step]]  # every step up to the BPE'd text under --output
     about: str  # the README's description of source, licence and recipe
     sacrebleu_steps: Callable[[Options], List[Step]] = field(default=lambda options: [])
+    binarized_steps: Callable[[Options], List[Step]] = field(default=lambda options: [])  # after data-bin/
 
     @property
     def languages(self):
@@ -75,6 +78,7 @@ class Recipe:
     def steps(self, options: Options) -> List[Step]:
         steps = self.corpus_steps(options)
         steps.append(binarize_step(options, *self.languages))
+        steps += self.binarized_steps(options)
         steps += self.sacrebleu_steps(options)
         steps.append(readme_step(options, self, list(steps)))
         return steps
@@ -85,11 +89,13 @@ class Recipe:
 
 def unpack_step(options: Options, archive: Archive) -> Step:
     """Unpack the members the recipe reads, every run that has not done so (the pre-placed archive too)."""
-    destinations = [options.orig / member for member in archive.members]
+    destinations = [options.orig / name for name in archive.unpacked]
     return Step(
         f"unpack {archive.name}",
         destinations,
-        lambda *paths: unpack_members(options.archives / archive.name, archive.members, paths),
+        lambda *paths: unpack_members(
+            options.archives / archive.name, archive.members, paths, gunzip=archive.gunzip
+        ),
     )
 
 
@@ -197,11 +203,11 @@ def binarize_step(options: Options, source_lang: str, target_lang: str) -> Step:
     return Step("binarize with fairseq-preprocess", [options.output / "data-bin"], binarize)
 
 
-def sacrebleu_step(options: Options, test_set: str, archive_name: str) -> Step:
+def sacrebleu_step(options: Options, test_set: str, langpair: str, archive_name: str) -> Step:
     return Step(
-        f"cache {test_set} en-de for sacreBLEU",
+        f"cache {test_set} {langpair} for sacreBLEU",
         [],
-        lambda: populate_sacrebleu_cache(test_set, "en-de", options.archives / archive_name),
+        lambda: populate_sacrebleu_cache(test_set, langpair, options.archives / archive_name),
     )
 
 
@@ -357,7 +363,7 @@ dev2010, TEDX.dev2012, tst2010, tst2011 and tst2012, tokenized and lowercased. J
 )
 
 
-# --- WMT'14 / WMT'17 En-De (prepare-wmt14en2de.sh [--icml17]) -----------------------------------
+# --- WMT'14 / WMT'17 En-De (prepare-wmt14en2de.sh [--icml17]), WMT'14 En-Fr (prepare-wmt14en2fr.sh) -----
 
 EUROPARL = Archive(
     "training-parallel-europarl-v7.tgz",
@@ -387,6 +393,48 @@ TEST_FULL = Archive(
 # Optional, only for sacreBLEU's cache: used when present in --archives, never downloaded.
 WMT17_TEST = Archive("test.tgz", "http://data.statmt.org/wmt17/translation-task/test.tgz")
 
+# En-Fr reads the fr-en files of the same Europarl, Common Crawl, News Commentary v9 and test archives,
+# plus the UN corpus and Giga-FrEn: a plain tar of the two gzipped sides, which the script gunzips.
+EUROPARL_FR = Archive(
+    EUROPARL.name, EUROPARL.url, ("training/europarl-v7.fr-en.en", "training/europarl-v7.fr-en.fr")
+)
+COMMONCRAWL_FR = Archive(COMMONCRAWL.name, COMMONCRAWL.url, ("commoncrawl.fr-en.en", "commoncrawl.fr-en.fr"))
+UN = Archive(
+    "training-parallel-un.tgz",
+    "http://statmt.org/wmt13/training-parallel-un.tgz",
+    ("un/undoc.2000.fr-en.en", "un/undoc.2000.fr-en.fr"),
+)
+NEWS_COMMENTARY_V9_FR = Archive(
+    NEWS_COMMENTARY_V9.name,
+    NEWS_COMMENTARY_V9.url,
+    ("training/news-commentary-v9.fr-en.en", "training/news-commentary-v9.fr-en.fr"),
+)
+GIGA_FREN = Archive(
+    "training-giga-fren.tar",
+    "http://statmt.org/wmt10/training-giga-fren.tar",
+    ("giga-fren.release2.fixed.en.gz", "giga-fren.release2.fixed.fr.gz"),
+    gunzip=True,
+)
+TEST_FULL_FR = Archive(
+    TEST_FULL.name,
+    TEST_FULL.url,
+    ("test-full/newstest2014-fren-src.en.sgm", "test-full/newstest2014-fren-ref.fr.sgm"),
+)
+
+
+@dataclass(frozen=True)
+class WmtData:
+    """What prepare-wmt14en2de.sh and prepare-wmt14en2fr.sh differ in; their steps are the same."""
+
+    languages: Tuple[str, str]  # source, target ($src $tgt)
+    training: Tuple[Archive, ...]  # concatenated in this order (the script's CORPORA)
+    test: Archive  # newstest2014: the source side's src sgm, then the target side's ref sgm
+    valid_every: int  # awk 'NR%N == 0' of the tokenized training text
+
+    @property
+    def pair(self) -> str:
+        return "-".join(self.languages)
+
 
 def wmt_train_line(line: str, lang: str) -> str:
     """normalize-punctuation.perl LANG | remove-non-printing-char.perl | tokenizer.perl -a -l LANG."""
@@ -397,27 +445,26 @@ def wmt_train_line(line: str, lang: str) -> str:
     )
 
 
-def wmt_steps(options: Options, news_commentary: Archive) -> List[Step]:
-    tmp, languages = options.tmp, ("en", "de")
-    training = (EUROPARL, COMMONCRAWL, news_commentary)
-    steps = [unpack_step(options, archive) for archive in training + (TEST_FULL,)]
+def wmt_steps(options: Options, data: WmtData) -> List[Step]:
+    tmp, languages, pair = options.tmp, data.languages, data.pair
+    steps = [unpack_step(options, archive) for archive in data.training + (data.test,)]
     for lang in languages:
         corpora = [
-            options.orig / member
-            for archive in training
-            for member in archive.members
-            if member.endswith(f".{lang}")
+            options.orig / name
+            for archive in data.training
+            for name in archive.unpacked
+            if name.endswith(f".{lang}")
         ]
         steps.append(
             map_step(
-                f"normalize + tokenize train.tags.en-de.tok.{lang}",
+                f"normalize + tokenize train.tags.{pair}.tok.{lang}",
                 functools.partial(concatenated, corpora),
                 functools.partial(wmt_train_line, lang=lang),
-                tmp / f"train.tags.en-de.tok.{lang}",
+                tmp / f"train.tags.{pair}.tok.{lang}",
                 options.workers,
             )
         )
-    for lang, sgm in zip(languages, TEST_FULL.members):
+    for lang, sgm in zip(languages, data.test.unpacked):
         steps.append(
             map_step(
                 f"tokenize test.{lang} (newstest2014)",
@@ -427,11 +474,8 @@ def wmt_steps(options: Options, news_commentary: Archive) -> List[Step]:
                 options.workers,
             )
         )
-    steps.append(
-        split_every_nth_step(
-            options, 100, {lang: tmp / f"train.tags.en-de.tok.{lang}" for lang in languages}, languages
-        )
-    )
+    tokenized = {lang: tmp / f"train.tags.{pair}.tok.{lang}" for lang in languages}
+    steps.append(split_every_nth_step(options, data.valid_every, tokenized, languages))
     steps.append(learn_bpe_step(options, [tmp / f"train.{lang}" for lang in languages]))
     for split in SPLITS:
         # the test set is copied as it is, train and valid go through clean-corpus-n first
@@ -462,59 +506,76 @@ def wmt_steps(options: Options, news_commentary: Archive) -> List[Step]:
 def wmt_recipe(
     name: str,
     title: str,
-    news_commentary: Archive,
-    news_commentary_version: str,
-    fairseq_flag: str,
+    data: WmtData,
+    script: str,
+    corpora: str,
     test_sets: Sequence[tuple],
 ) -> Recipe:
+    """A recipe of fairseq's ``script`` ("prepare-wmt14en2de.sh --icml17"); ``corpora`` describes the training
+    text for the README, ``test_sets`` are the (sacreBLEU test set, archive) caches to fill when present."""
+    archives = list(data.training) + [data.test]
+
     def ensure(options: Options) -> None:
-        ensure_archives(
-            [EUROPARL, COMMONCRAWL, news_commentary, TEST_FULL], options.archives, options.download
-        )
+        ensure_archives(archives, options.archives, options.download)
 
     def sacrebleu_steps(options: Options) -> List[Step]:
         return [
-            sacrebleu_step(options, test_set, archive.name)
+            sacrebleu_step(options, test_set, data.pair, archive.name)
             for test_set, archive in test_sets
             if (options.archives / archive.name).is_file()
         ]
 
+    names = [archive.name for archive in archives]
+    about = (
+        "Sources (statmt.org; the WMT shared task's terms: research use, each corpus under its own terms): "
+        f"{', '.join(names[:-1])} and {names[-1]}.\n"
+        f"Recipe: fairseq's examples/translation/{script}. Train: {corpora}, normalize-punctuation, "
+        f"remove-non-printing-char, tokenizer -a; valid is lines {data.valid_every}, "
+        f"{2 * data.valid_every}, ... of it, train the rest; joint BPE learned on train and applied to all; "
+        "clean-corpus-n -ratio 1.5 (1-250 tokens) on BPE'd train and valid. Test: newstest2014 (the full "
+        "version, 3003 sentences), tokenizer -a.\n"
+        f"Scoring: sacrebleu -t wmt14/full -l {data.pair} works offline once its cache step has run."
+    )
     return Recipe(
         name=name,
         title=title,
-        source_lang="en",
-        target_lang="de",
-        default_output=name.replace("en2de", "_en_de"),
+        source_lang=data.languages[0],
+        target_lang=data.languages[1],
+        default_output=f"{name[:5]}_{data.languages[0]}_{data.languages[1]}",  # the script's $prep
         default_bpe_ops=40000,
         ensure_sources=ensure,
-        corpus_steps=functools.partial(wmt_steps, news_commentary=news_commentary),
+        corpus_steps=functools.partial(wmt_steps, data=data),
         sacrebleu_steps=sacrebleu_steps,
-        about=f"""
-Sources (statmt.org; the WMT shared task's terms: research use, each corpus under its own terms):
-{EUROPARL.name}, {COMMONCRAWL.name}, {news_commentary.name} and {TEST_FULL.name}.
-Recipe: fairseq's examples/translation/prepare-wmt14en2de.sh{fairseq_flag}. Train: Europarl v7 +
-Common Crawl + News Commentary {news_commentary_version}, normalize-punctuation,
-remove-non-printing-char, tokenizer -a; valid is every 100th line of it, train the rest; joint BPE
-learned on train and applied to all; clean-corpus-n -ratio 1.5 (1-250 tokens) on BPE'd train and
-valid. Test: newstest2014 (the full version, 3003 sentences), tokenizer -a.
-Scoring: sacrebleu -t wmt14/full -l en-de works offline once its cache step has run.
-""",
+        about="\n".join(textwrap.fill(line, 100, break_on_hyphens=False) for line in about.split("\n")),
     )
 
 
 WMT17 = wmt_recipe(
     "wmt17en2de",
     "WMT'17 English-German (fairseq's default WMT En-De data)",
-    NEWS_COMMENTARY_V12,
-    "v12",
-    "",
+    WmtData(("en", "de"), (EUROPARL, COMMONCRAWL, NEWS_COMMENTARY_V12), TEST_FULL, valid_every=100),
+    "prepare-wmt14en2de.sh",
+    "Europarl v7 + Common Crawl + News Commentary v12",
     [("wmt14/full", TEST_FULL), ("wmt17", WMT17_TEST)],
 )
 WMT14 = wmt_recipe(
     "wmt14en2de",
     "WMT'14 English-German (fairseq's --icml17 data)",
-    NEWS_COMMENTARY_V9,
-    "v9",
-    " --icml17",
+    WmtData(("en", "de"), (EUROPARL, COMMONCRAWL, NEWS_COMMENTARY_V9), TEST_FULL, valid_every=100),
+    "prepare-wmt14en2de.sh --icml17",
+    "Europarl v7 + Common Crawl + News Commentary v9",
     [("wmt14/full", TEST_FULL)],
+)
+WMT14_EN_FR = wmt_recipe(
+    "wmt14en2fr",
+    "WMT'14 English-French",
+    WmtData(
+        ("en", "fr"),
+        (EUROPARL_FR, COMMONCRAWL_FR, UN, NEWS_COMMENTARY_V9_FR, GIGA_FREN),
+        TEST_FULL_FR,
+        valid_every=1333,
+    ),
+    "prepare-wmt14en2fr.sh",
+    "Europarl v7 + Common Crawl + UN (undoc.2000) + News Commentary v9 + Giga-FrEn (release 2, fixed)",
+    [("wmt14/full", TEST_FULL_FR)],
 )

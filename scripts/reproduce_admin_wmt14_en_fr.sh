@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Reproduces configs/admin_wmt14_en_fr.yaml: python -m deepnmt_plugin.reproduce --help lists the flags
+# (--data DIR --gpus N --precision fp16|bf16|fp32 --methods --depths --seeds --workdir --dry-run --smoke).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+exec python -m deepnmt_plugin.reproduce configs/admin_wmt14_en_fr.yaml "$@"
