@@ -315,6 +315,26 @@ def built(tmp_path_factory, name, script, archives_writer, env=None):
     return root, result
 
 
+def built_with_sacrebleu_cache(tmp_path_factory, name, script, archives_writer):
+    """``built`` with a sacreBLEU cache folder of its own (``$SACREBLEU``), returned third."""
+    cache = tmp_path_factory.mktemp(f"sacrebleu-{name}")
+    root, result = built(tmp_path_factory, name, script, archives_writer, env={"SACREBLEU": str(cache)})
+    return root, result, cache
+
+
+def sacrebleu_echo(cache, test_set, langpair, field):
+    """The lines of ``sacrebleu -t TEST_SET -l LANGPAIR --echo FIELD`` run offline: from CACHE, nothing on PATH."""
+    echo = subprocess.run(
+        [sys.executable, "-m", "sacrebleu", "-t", test_set, "-l", langpair, "--echo", field],
+        capture_output=True,
+        text=True,
+        env={"SACREBLEU": str(cache), "PATH": ""},
+        timeout=120,
+    )
+    assert echo.returncode == 0, echo.stderr
+    return echo.stdout.splitlines()
+
+
 def binarized(data_bin, split, pair, lang):
     """The sentences of data-bin/SPLIT.PAIR.LANG, as fairseq reads them back (with <unk> for subwords
     the training data lacks)."""

@@ -2,8 +2,6 @@
 
 import functools
 import shutil
-import subprocess
-import sys
 
 import pytest
 
@@ -12,9 +10,11 @@ from data_fixtures import (
     IWSLT_TEST_SEGMENTS,
     binarized,
     built,
+    built_with_sacrebleu_cache,
     check_bpe_and_binarized,
     read,
     run_script,
+    sacrebleu_echo,
     write_ding_deb,
     write_iwslt_archive,
     write_tarball,
@@ -29,10 +29,7 @@ def iwslt(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def wmt17(tmp_path_factory):
-    sacrebleu_cache = tmp_path_factory.mktemp("sacrebleu")
-    env = {"SACREBLEU": str(sacrebleu_cache)}
-    root, result = built(tmp_path_factory, "wmt17", "prepare-wmt17en2de.sh", write_wmt_archives, env=env)
-    return root, result, sacrebleu_cache
+    return built_with_sacrebleu_cache(tmp_path_factory, "wmt17", "prepare-wmt17en2de.sh", write_wmt_archives)
 
 
 @pytest.fixture(scope="module")
@@ -211,21 +208,12 @@ def test_sacrebleu_reads_the_cached_test_sets_offline(wmt17):
         ("wmt14/full", "ref", [f"newstest2014 ref de ’s seg {number}" for number in range(1, 5)]),
         ("wmt17", "src", [f"newstest2017 src en ’s seg {number}" for number in range(1, 4)]),
     ):
-        echo = subprocess.run(
-            [sys.executable, "-m", "sacrebleu", "-t", test_set, "-l", "en-de", "--echo", field],
-            capture_output=True,
-            text=True,
-            env={"SACREBLEU": str(cache), "PATH": ""},
-            timeout=120,
-        )
-        assert echo.returncode == 0, echo.stderr
-        assert echo.stdout.splitlines() == expected
+        assert sacrebleu_echo(cache, test_set, "en-de", field) == expected
 
 
 def test_wmt14_uses_news_commentary_v9(tmp_path_factory):
-    env = {"SACREBLEU": str(tmp_path_factory.mktemp("sacrebleu14"))}
     archives = functools.partial(write_wmt_archives, news_commentary_versions=("v9",))
-    root, result = built(tmp_path_factory, "wmt14", "prepare-wmt14en2de.sh", archives, env=env)
+    root, result, _ = built_with_sacrebleu_cache(tmp_path_factory, "wmt14", "prepare-wmt14en2de.sh", archives)
     assert read(root / "out" / "tmp" / "train.tags.en-de.tok.en") == wmt_raw_tokenized("en", "ncv9")
     assert "[3/18] unpack training-parallel-nc-v9.tgz ... 2 files" in result.stdout.splitlines()
     assert len(read(root / "out" / "train.de")) == 247

@@ -1,17 +1,16 @@
 """prepare-wmt14en2fr.sh end to end, offline, on tiny archives in the originals' exact layout."""
 
 import gzip
-import subprocess
-import sys
 
 import pytest
 
 from data_fixtures import (
     WMT_ENFR_CORPORA,
-    built,
+    built_with_sacrebleu_cache,
     check_bpe_and_binarized,
     read,
     run_script,
+    sacrebleu_echo,
     write_tarball,
     write_wmt_enfr_archives,
 )
@@ -44,10 +43,7 @@ def tokenized_corpus(lang):
 
 @pytest.fixture(scope="module")
 def wmt14enfr(tmp_path_factory):
-    sacrebleu_cache = tmp_path_factory.mktemp("sacrebleu")
-    env = {"SACREBLEU": str(sacrebleu_cache)}
-    root, result = built(tmp_path_factory, "wmt14enfr", "prepare-wmt14en2fr.sh", write_wmt_enfr_archives, env=env)
-    return root, result, sacrebleu_cache
+    return built_with_sacrebleu_cache(tmp_path_factory, "wmt14enfr", "prepare-wmt14en2fr.sh", write_wmt_enfr_archives)
 
 
 def test_the_six_archives_are_unpacked_under_the_scripts_names(wmt14enfr):
@@ -112,15 +108,7 @@ def test_output_layout_and_readme(wmt14enfr):
 
 def test_sacrebleu_reads_the_cached_en_fr_test_set_offline(wmt14enfr):
     _, _, cache = wmt14enfr
-    echo = subprocess.run(
-        [sys.executable, "-m", "sacrebleu", "-t", "wmt14/full", "-l", "en-fr", "--echo", "ref"],
-        capture_output=True,
-        text=True,
-        env={"SACREBLEU": str(cache), "PATH": ""},
-        timeout=120,
-    )
-    assert echo.returncode == 0, echo.stderr
-    assert echo.stdout.splitlines() == [f"newstest2014 ref fr ’s seg {number}" for number in range(1, 5)]
+    assert sacrebleu_echo(cache, "wmt14/full", "en-fr", "ref") == [f"newstest2014 ref fr ’s seg {number}" for number in range(1, 5)]
 
 
 def test_missing_archives_are_listed_with_their_urls_in_the_scripts_order(tmp_path):

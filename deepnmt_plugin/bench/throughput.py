@@ -5,9 +5,10 @@ One process builds a fairseq ``Trainer`` per arch with identical dims, depth, op
 criterion, and feeds every one the same training batches, interleaved: each round runs ``--updates``
 updates of every arch in turn, rotating the order, so machine noise (other jobs, frequency scaling)
 falls on all archs alike. Every round uses the same batches, which each arch first trains on once,
-untimed. A round's ratio is that arch's target words per second over the baseline's in the same round; the median over rounds is reported. The recipes add one elementwise
-scale per sublayer (Admin's omega, DeepNorm's alpha) or remove LayerNorms (T-Fixup); the target is a
-ratio of at least 0.97 for every arch.
+untimed. A round's ratio is that arch's target words per second over the baseline's in the same
+round; the median over rounds is reported. The recipes add one elementwise scale per sublayer
+(Admin's omega, DeepNorm's alpha) or remove LayerNorms (T-Fixup); the target is a ratio of at least
+0.97 for every arch.
 
 Two one-off costs are reported as a share of training, since neither runs per update: Admin's
 omega profiling (one forward pass on ``--admin-profile-batches`` 1 batch, at the start of a fresh

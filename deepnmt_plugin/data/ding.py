@@ -11,7 +11,6 @@ import itertools
 import re
 import shutil
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 from typing import Iterable, List, Optional
@@ -225,22 +224,10 @@ def sentence_steps(options: Options) -> List[Step]:
             write_lines(path, itertools.islice(read_lines(options.output / f"train.{lang}"), count))
         return f"{count} pairs"
 
-    def binarize(destdir: Path) -> str:
-        log = options.tmp / "fairseq-preprocess-sentences.log"
-        dictionaries = options.output / "data-bin"
-        command = [sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", "de", "--target-lang", "en",
-                   "--trainpref", str(options.output / "train-sentences"), "--validpref", str(options.output / "valid"),
-                   "--testpref", str(options.output / "test"), "--srcdict", str(dictionaries / "dict.de.txt"),
-                   "--tgtdict", str(dictionaries / "dict.en.txt"), "--destdir", str(destdir),
-                   "--workers", str(options.workers)]
-        with open(log, "w", encoding="utf-8") as out:
-            if subprocess.run(command, stdout=out, stderr=subprocess.STDOUT).returncode != 0:
-                raise DataPrepError(f"fairseq-preprocess failed, see {log}")
-        return f"data-bin's dictionaries (log: {log.relative_to(options.output)})"
-
     return [
         Step("select the train sentences", [options.output / f"train-sentences.{lang}" for lang in languages], select),
-        Step("binarize the train sentences", [options.output / "data-bin-sentences"], binarize),
+        recipes.binarize_step(options, *languages, train="train-sentences", destination="data-bin-sentences",
+                              dictionaries=options.output / "data-bin", title="binarize the train sentences"),
     ]
 
 

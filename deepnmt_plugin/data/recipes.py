@@ -13,7 +13,7 @@ import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from deepnmt_plugin.data import moses, subwords
 from deepnmt_plugin.data.archives import Archive, ensure_archives, unpack_members
@@ -178,29 +178,42 @@ def apply_bpe_step(options: Options, inputs: Sequence[Path], outputs: Sequence[P
     return Step(f"apply BPE to {' + '.join(path.name for path in inputs)}", outputs, apply)
 
 
-def binarize_step(options: Options, source_lang: str, target_lang: str) -> Step:
-    log = options.tmp / "fairseq-preprocess.log"
+def binarize_step(
+    options: Options,
+    source_lang: str,
+    target_lang: str,
+    train: str = "train",
+    destination: str = "data-bin",
+    dictionaries: Optional[Path] = None,
+    title: str = "binarize with fairseq-preprocess",
+) -> Step:
+    """fairseq-preprocess of ``train`` (a text prefix under --output), valid and test into ``destination``;
+    with ``dictionaries`` (a fairseq-preprocess folder) its dictionaries are reused, not built."""
+    log = options.tmp / ("fairseq-preprocess.log" if destination == "data-bin" else f"fairseq-preprocess-{destination}.log")
 
     def binarize(destdir: Path) -> str:
         command = [sys.executable, "-m", "fairseq_cli.preprocess"]  # fairseq-preprocess, from this Python
         command += ["--source-lang", source_lang, "--target-lang", target_lang]
-        for split in SPLITS:
-            command += [f"--{split}pref", str(options.output / split)]
+        for split, prefix in zip(SPLITS, (train, "valid", "test")):
+            command += [f"--{split}pref", str(options.output / prefix)]
         command += ["--destdir", str(destdir), "--workers", str(options.workers)]
-        if options.joined_dictionary:
+        if dictionaries is not None:
+            command += ["--srcdict", str(dictionaries / f"dict.{source_lang}.txt"),
+                        "--tgtdict", str(dictionaries / f"dict.{target_lang}.txt")]
+        elif options.joined_dictionary:
             command.append("--joined-dictionary")
         with open(log, "w", encoding="utf-8") as out:
             if subprocess.run(command, stdout=out, stderr=subprocess.STDOUT).returncode != 0:
                 raise DataPrepError(f"fairseq-preprocess failed, see {log}")
         types = [count_lines(destdir / f"dict.{lang}.txt") for lang in (source_lang, target_lang)]
-        dictionaries = (
+        dictionaries_used = (
             f"joined dictionary of {types[0]}"
             if options.joined_dictionary
             else f"dictionaries of {types[0]} / {types[1]}"
         )
-        return f"{dictionaries} types (log: {log.relative_to(options.output)})"
+        return f"{dictionaries_used} types (log: {log.relative_to(options.output)})"
 
-    return Step("binarize with fairseq-preprocess", [options.output / "data-bin"], binarize)
+    return Step(title, [options.output / destination], binarize)
 
 
 def sacrebleu_step(options: Options, test_set: str, langpair: str, archive_name: str) -> Step:
