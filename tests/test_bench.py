@@ -37,14 +37,17 @@ def test_parse_curve_and_losses():
 def test_micro_sweep_writes_json_table_and_plots(toy_data, tmp_path, capsys):
     workdir = tmp_path / "sweep"
     # a run recorded as diverged by an earlier invocation: reused, not run again, and shown as diverged
-    earlier = {"method": "tfixup", "depth": 2, "status": "diverged", "returncode": 1, "final_valid_loss": None,
+    micro_budget = {"max_update": 4, "max_tokens": 512, "interval": 2, "lr": 5e-4}
+    earlier = {"method": "tfixup", "depth": 2, "budget": micro_budget, "status": "diverged", "returncode": 1, "final_valid_loss": None,
                "final_train_loss": None, "update_norm": [[2, 3.5]], "seconds": 4.0, "log": "earlier.log"}
     (workdir / "tfixup_2L").mkdir(parents=True)
     (workdir / "tfixup_2L" / "result.json").write_text(json.dumps(earlier))
 
-    assert depth.main(["--data", str(toy_data), "--micro", "--methods", "postln", "tfixup", "--workdir", str(workdir), "--cpu"]) == 0
+    arguments = ["--data", str(toy_data), "--micro", "--methods", "postln", "tfixup", "--workdir", str(workdir), "--cpu"]
+    assert depth.main(arguments + ["--jobs", "2"]) == 0
     report = json.loads((workdir / "bench_depth.json").read_text())
     assert report["preset"] == "micro" and report["settings"]["max_update"] == 4
+    assert report["jobs"] == 2 and report["reused_runs"] == 1 and report["device"] == "CPU"
     runs = {(r["method"], r["depth"]): r for r in report["runs"]}
     assert list(runs) == [("postln", 1), ("tfixup", 1), ("postln", 2), ("tfixup", 2)]
     assert runs[("tfixup", 2)] == earlier
@@ -58,6 +61,7 @@ def test_micro_sweep_writes_json_table_and_plots(toy_data, tmp_path, capsys):
 
     table = (workdir / "bench_depth.md").read_text()
     assert "| method | 1L-1L | 2L-2L |" in table
+    assert "minutes wall clock on CPU, --jobs 2, 1 run reused from an earlier one." in table
     assert f"| tfixup | {runs[('tfixup', 1)]['final_valid_loss']:.3f} | diverged |" in table
     peak = max(v for _, v in runs[("postln", 2)]["update_norm"])
     assert f"| postln | {max(v for _, v in runs[('postln', 1)]['update_norm']):.3f} | {peak:.3f} |" in table
@@ -65,8 +69,21 @@ def test_micro_sweep_writes_json_table_and_plots(toy_data, tmp_path, capsys):
         assert (workdir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     output = capsys.readouterr().out
-    assert "[4/4] tfixup 2L-2L: diverged, valid loss –, 4 s (log: earlier.log)" in output
+    # deepest first, and the table in the plan's order whatever order the two workers finished in
+    assert "[2/4] tfixup 2L-2L: diverged, valid loss –, 4 s (log: earlier.log)" in output
     assert output.count(": converged, valid loss ") == 3
+    for index, name in enumerate(["postln 2L", "tfixup 2L", "postln 1L", "tfixup 1L"], 1):
+        assert f"[{index}/4] {name}-" in output
+
+
+def test_a_kept_run_with_another_budget_stops_the_sweep_before_training(toy_data, tmp_path):
+    kept = tmp_path / "sweep" / "postln_2L" / "result.json"
+    kept.parent.mkdir(parents=True)
+    kept.write_text(json.dumps({"method": "postln", "depth": 2, "budget": {"max_update": 200}}))
+    with pytest.raises(SystemExit, match=r"postln_2L/result.json was trained with another budget .*another --workdir"):
+        depth.main(["--data", str(toy_data), "--micro", "--workdir", str(tmp_path / "sweep"), "--cpu"])
+    assert sorted(p.name for p in (tmp_path / "sweep").iterdir()) == ["postln_2L"]  # nothing trained or written
+    assert json.loads(kept.read_text())["budget"] == {"max_update": 200}
 
 
 def test_throughput_reports_every_arch_against_the_baseline(toy_data, capsys):
@@ -88,3 +105,34 @@ def test_throughput_refuses_half_precision_on_the_cpu(toy_data):
 
     with pytest.raises(SystemExit, match="--precision fp16 needs a CUDA device"):
         throughput.main(["--data", str(toy_data), "--cpu", "--precision", "fp16"])
+
+
+def test_operator_counter_counts_kernels_not_views():
+    import torch
+
+    from deepnmt_plugin.bench.throughput import OperatorCounter
+
+    a, b = torch.randn(4, 3), torch.randn(3, 4)
+    with OperatorCounter() as counter:
+        (a.view(3, 4).t().contiguous() + b.t()).sum()  # view, t, t: nothing launched; clone, add, sum: three kernels
+    assert counter.count == 3
+
+
+@pytest.mark.parametrize("arch", ["transformer_deepnorm", "transformer_admin"])
+def test_scaled_residuals_run_as_many_forward_operators_as_stock(build_model, arch):
+    """DeepNorm's alpha * x + f and Admin's omega * x + f are one kernel each, like stock x + f."""
+    import torch
+
+    from deepnmt_plugin.bench.throughput import OperatorCounter
+
+    counts = {}
+    for name in ("transformer", arch):
+        model, _ = build_model(name, "--encoder-layers", 3, "--decoder-layers", 2, "--encoder-embed-dim", 16,
+                               "--encoder-ffn-embed-dim", 32, "--decoder-embed-dim", 16, "--decoder-ffn-embed-dim", 32)
+        if hasattr(model, "admin_initialized"):
+            model.admin_initialized.fill_(True)
+        model.eval()
+        with torch.no_grad(), OperatorCounter() as counter:
+            model(torch.tensor([[5, 6, 7, 2]]), torch.tensor([4]), torch.tensor([[2, 5, 6, 7]]))
+        counts[name] = counter.count
+    assert counts[arch] == counts["transformer"]

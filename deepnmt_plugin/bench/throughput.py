@@ -10,6 +10,10 @@ round; the median over rounds is reported. The recipes add one elementwise scale
 (Admin's omega, DeepNorm's alpha) or remove LayerNorms (T-Fixup); the target is a ratio of at least
 0.97 for every arch.
 
+Next to the time, the ATen operators one update runs (forward, backward, optimizer; view operators,
+which launch nothing, left out): on a GPU each is a kernel launch, and a small model's step is bound
+by launches, so this count says what a ratio on a GPU can be without one.
+
 Two one-off costs are reported as a share of training, since neither runs per update: Admin's
 omega profiling (one forward pass on ``--admin-profile-batches`` 1 batch, at the start of a fresh
 run) against a 1000-update run, and one diagnostics measurement (all groups) against
@@ -26,6 +30,7 @@ import torch
 from fairseq import options, tasks, utils
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.trainer import Trainer
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from deepnmt_plugin.compat import bf16_on_cuda
 from deepnmt_plugin.diagnostics import GROUPS, Diagnostics
@@ -99,6 +104,24 @@ def timed_updates(trainer, batches: list) -> float:
     return clock() - started
 
 
+class OperatorCounter(TorchDispatchMode):
+    """Counts the ATen operators that reach a device kernel (autograd's backward ones included)."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += not func.is_view
+        return func(*args, **(kwargs or {}))
+
+
+def operators_per_update(trainer, batch) -> int:
+    with OperatorCounter() as counter:
+        trainer.train_step([batch])
+    return counter.count
+
+
 def admin_profiling_seconds(trainer, batch, repeats: int = 3) -> float:
     """Median time of the profiling forward pass the task runs once at the start of a fresh run."""
     net_input = {k: v.to(trainer.device) for k, v in batch["net_input"].items()}
@@ -148,7 +171,8 @@ def measure(args) -> Dict[str, dict]:
         ratios = [base / own for base, own in zip(seconds[baseline], seconds[arch])]  # same batches: wps ratio
         results[arch] = {"wps": tokens * args.rounds / sum(seconds[arch]), "ratio": statistics.median(ratios),
                          "min": min(ratios), "max": max(ratios),
-                         "update_seconds": sum(seconds[arch]) / (args.rounds * len(batches))}
+                         "update_seconds": sum(seconds[arch]) / (args.rounds * len(batches)),
+                         "operators": operators_per_update(trainers[arch], batches[0])}
     admin = next((a for a in args.archs if "admin" in a), None)
     if admin:
         results[admin]["profiling_seconds"] = admin_profiling_seconds(trainers[admin], batches[0])
@@ -161,9 +185,12 @@ def report(args, results: Dict[str, dict]) -> str:
     lines = [f"Throughput, {args.layers}L-{args.layers}L {embed}-{ffn}-{heads}, {args.max_tokens} tokens per update, "
              f"{args.rounds} interleaved rounds x {args.updates} updates, {args.precision}, "
              + ("CPU (process CPU time)" if args.cpu else f"{torch.cuda.get_device_name()} (wall time)"), "",
-             f"| arch | words/s | ratio to {args.archs[0]} (median) | min .. max over rounds |", "|---|---|---|---|"]
+             f"| arch | words/s | ratio to {args.archs[0]} (median) | min .. max over rounds | operators per update |",
+             "|---|---|---|---|---|"]
+    base_operators = results[args.archs[0]]["operators"]
     for arch, result in results.items():
-        lines.append(f"| {arch} | {result['wps']:.0f} | {result['ratio']:.3f} | {result['min']:.3f} .. {result['max']:.3f} |")
+        lines.append(f"| {arch} | {result['wps']:.0f} | {result['ratio']:.3f} | {result['min']:.3f} .. {result['max']:.3f} "
+                     f"| {result['operators']} ({result['operators'] / base_operators:.3f}) |")
     for arch, result in results.items():
         if "profiling_seconds" in result:
             run = 1000 * result["update_seconds"]
