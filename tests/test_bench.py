@@ -1,6 +1,7 @@
 """Depth sweep: run classification and log parsing, and the --micro preset end to end on the toy corpus."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -37,7 +38,7 @@ def test_parse_curve_and_losses():
 def test_micro_sweep_writes_json_table_and_plots(toy_data, tmp_path, capsys):
     workdir = tmp_path / "sweep"
     # a run recorded as diverged by an earlier invocation: reused, not run again, and shown as diverged
-    micro_budget = {"max_update": 4, "max_tokens": 512, "interval": 2, "lr": 5e-4}
+    micro_budget = {"max_update": 4, "max_tokens": 512, "interval": 2, "lr": 5e-4, "warmup_updates": 0}
     earlier = {"method": "tfixup", "depth": 2, "budget": micro_budget, "status": "diverged", "returncode": 1, "final_valid_loss": None,
                "final_train_loss": None, "update_norm": [[2, 3.5]], "seconds": 4.0, "log": "earlier.log"}
     (workdir / "tfixup_2L").mkdir(parents=True)
@@ -84,6 +85,23 @@ def test_a_kept_run_with_another_budget_stops_the_sweep_before_training(toy_data
         depth.main(["--data", str(toy_data), "--micro", "--workdir", str(tmp_path / "sweep"), "--cpu"])
     assert sorted(p.name for p in (tmp_path / "sweep").iterdir()) == ["postln_2L"]  # nothing trained or written
     assert json.loads(kept.read_text())["budget"] == {"max_update": 200}
+
+
+def test_warmup_updates_change_the_schedule_the_budget_and_the_default_workdir(toy_data, tmp_path, monkeypatch):
+    plain = depth.PRESETS["micro"]
+    warm = replace(plain, warmup_updates=3)
+    assert " --lr-scheduler fixed " in " ".join(depth.train_command("data", "admin", 2, plain, tmp_path, cpu=True))
+    command = " ".join(depth.train_command("data", "admin", 2, warm, tmp_path, cpu=True))
+    assert " --lr 0.0005 --lr-scheduler inverse_sqrt --warmup-updates 3 --warmup-init-lr 1e-7 " in command
+    assert depth.budget(warm) == {**depth.budget(plain), "warmup_updates": 3}
+
+    # a warmed-up sweep gets its own default workdir, and a no-warmup run found there is not reused
+    monkeypatch.chdir(tmp_path)
+    kept = tmp_path / "runs" / "bench_depth" / "4x512_warmup3" / "postln_2L" / "result.json"
+    kept.parent.mkdir(parents=True)
+    kept.write_text(json.dumps({"method": "postln", "depth": 2, "budget": depth.budget(plain)}))
+    with pytest.raises(SystemExit, match=r"4x512_warmup3/postln_2L/result.json was trained with another budget"):
+        depth.main(["--data", str(toy_data), "--micro", "--warmup-updates", "3", "--cpu"])
 
 
 def test_throughput_reports_every_arch_against_the_baseline(toy_data, capsys):

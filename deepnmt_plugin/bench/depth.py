@@ -7,6 +7,8 @@ Fig. 4b (200L-200L without warmup or LayerNorm). Each run is a ``fairseq-train``
 ``--diagnostics-interval K --diagnostics-groups update`` and records: converged or diverged (NaN/inf
 loss or gradients, or a training loss that ended above where it started: ``reproduce.diverged_log``),
 the final validation loss and the update-norm curve ||F(x, theta_t) - F(x, theta_0)||.
+``--warmup-updates N`` reruns the same budget with N inverse_sqrt warmup updates, to see what warmup
+changes (T-Fixup and Pre-LN claim to need none; Admin's and DeepNet's recipes warm up).
 
 Outputs in ``--workdir``: ``bench_depth.json`` (every run), ``bench_depth.md`` (tables),
 ``update_norm_<depth>L.png`` (update norm vs update, one line per method) and
@@ -56,7 +58,9 @@ class Preset:
     # updates between update-norm measurements (and train_inner lines): 1 in the real presets, since
     # the first update already separates the methods (18L: Post-LN 9.0, DeepNorm 1.3 after update 1)
     interval: int = 1
-    lr: float = 5e-4  # constant, the same for every method: no warmup
+    lr: float = 5e-4  # the same for every method, constant unless --warmup-updates
+    # 0: no warmup (the papers' claim under test); N: inverse_sqrt from 1e-7 over N updates, to see what warmup changes
+    warmup_updates: int = 0
 
 
 PRESETS = {  # one budget for both, so a --quick sweep's runs are reused by a full one in the same --workdir
@@ -85,7 +89,7 @@ def train_command(data: str, method: str, depth: int, preset: Preset, save_dir: 
     return [
         sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", USER_DIR, "--task", "translation_deep",
         "--arch", METHODS[method], "--encoder-layers", str(depth), "--decoder-layers", str(depth), *TINY, "--share-all-embeddings",
-        "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", str(preset.lr), "--lr-scheduler", "fixed",
+        "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", str(preset.lr), *lr_schedule(preset),
         "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--dropout", "0.1",
         "--max-tokens", str(preset.max_tokens), "--max-update", str(preset.max_update), "--seed", "1",
         "--log-format", "simple", "--log-interval", str(preset.interval),
@@ -93,6 +97,18 @@ def train_command(data: str, method: str, depth: int, preset: Preset, save_dir: 
         # validate once, when max-update is reached, not at every epoch end
         "--validate-interval", str(10**6), "--no-save", "--save-dir", str(save_dir), *(["--cpu"] if cpu else []),
     ]
+
+
+def lr_schedule(preset: Preset) -> List[str]:
+    if not preset.warmup_updates:
+        return ["--lr-scheduler", "fixed"]
+    return ["--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(preset.warmup_updates), "--warmup-init-lr", "1e-7"]
+
+
+def describe_schedule(preset: Preset) -> str:
+    if not preset.warmup_updates:
+        return f"lr {preset.lr:g} constant (no warmup)"
+    return f"lr {preset.lr:g} after {preset.warmup_updates} warmup updates, inverse_sqrt"
 
 
 def update_norm_curve(log: str) -> List[List[float]]:
@@ -227,7 +243,10 @@ def parse_arguments(argv=None):
     parser.add_argument("--depths", nargs="+", type=int, help="override the preset's depths")
     parser.add_argument("--max-update", type=positive_int,
                         help="override the preset's updates (e.g. a few, to time the full preset's steps)")
-    parser.add_argument("--workdir", help="runs, logs, JSON, tables and plots (default: runs/bench_depth/<updates>x<tokens>)")
+    parser.add_argument("--warmup-updates", type=positive_int, default=0,
+                        help="warm the lr up over this many updates (inverse_sqrt) instead of keeping it constant")
+    parser.add_argument("--workdir", help="runs, logs, JSON, tables and plots "
+                                          "(default: runs/bench_depth/<updates>x<tokens>[_warmup<N>])")
     parser.add_argument("--cpu", action="store_true", help="train on the CPU even when CUDA is available")
     parser.add_argument("--jobs", type=positive_int, default=1,
                         help="runs trained at once (CPU: the cores are split between them; CUDA: they share the GPU)")
@@ -237,15 +256,17 @@ def parse_arguments(argv=None):
 def main(argv=None) -> int:
     args = parse_arguments(argv)
     preset = PRESETS[args.preset]
-    preset = replace(preset, depths=tuple(args.depths or preset.depths), max_update=args.max_update or preset.max_update)
+    preset = replace(preset, depths=tuple(args.depths or preset.depths), max_update=args.max_update or preset.max_update,
+                     warmup_updates=args.warmup_updates)
     args.data_bin = data_bin(args.data, folder="data-bin-sentences")  # the quickstart's corpus
     args.cpu = args.cpu or not cuda_available()
     # named by the budget, so a --quick sweep and a full one share their runs
-    workdir = Path(args.workdir or f"runs/bench_depth/{preset.max_update}x{preset.max_tokens}")
+    workdir = Path(args.workdir or f"runs/bench_depth/{preset.max_update}x{preset.max_tokens}"
+                   + (f"_warmup{preset.warmup_updates}" if preset.warmup_updates else ""))
     args.workdir = str(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     plan = [(m, d) for d in preset.depths for m in args.methods]
-    title = (f"Depth sweep ({args.preset}): 64-128-2, lr {preset.lr:g} constant (no warmup), "
+    title = (f"Depth sweep ({args.preset}): 64-128-2, {describe_schedule(preset)}, "
              f"{preset.max_update} updates x {preset.max_tokens} tokens")
     device = "CPU" if args.cpu else "CUDA"
     print(f"{title}: {len(plan)} runs in {workdir} on {device}, {args.jobs} at a time", flush=True)
