@@ -59,7 +59,7 @@ class Preset:
     # the first update already separates the methods (18L: Post-LN 9.0, DeepNorm 1.3 after update 1)
     interval: int = 1
     lr: float = 5e-4  # the same for every method, constant unless --warmup-updates
-    # 0: no warmup (the papers' claim under test); N: inverse_sqrt from 1e-7 over N updates, to see what warmup changes
+    # 0: no warmup (T-Fixup's and Pre-LN's claim); N: inverse_sqrt from 1e-7 over N updates, to see what warmup changes
     warmup_updates: int = 0
 
 
