@@ -8,6 +8,7 @@ exercise a rule (tags, quotes, hyphens, control characters) are checked one by o
 import gzip
 import io
 import os
+import struct
 import subprocess
 import sys
 import tarfile
@@ -258,25 +259,26 @@ def ding_dictionary():
     return lines(*DING_HEADER, *entries)
 
 
-def write_ding_deb(folder):
-    """A trans-de-en_1.9-6_all.deb as dpkg-deb builds it: an ar archive of debian-binary,
-    control.tar.xz and data.tar.xz."""
+def write_deb(folder, package, version, files, architecture="all"):
+    """A <package>_<version>_<architecture>.deb as dpkg-deb builds it: an ar archive of debian-binary,
+    control.tar.xz and data.tar.xz holding FILES ({path: bytes}) under ./ with their directory entries."""
     control = io.BytesIO()
     with tarfile.open(fileobj=control, mode="w:xz") as tar:
-        data = b"Package: trans-de-en\nVersion: 1.9-6\nArchitecture: all\n"
+        data = f"Package: {package}\nVersion: {version}\nArchitecture: {architecture}\n".encode()
         entry = tarfile.TarInfo("./control")
         entry.size = len(data)
         tar.addfile(entry, io.BytesIO(data))
     payload = io.BytesIO()
     with tarfile.open(fileobj=payload, mode="w:xz") as tar:
-        for directory in ("./", "./usr/", "./usr/share/", "./usr/share/trans/"):
+        directories = {"./"} | {f"./{parent}/" for path in files for parent in map(str, Path(path).parents) if parent != "."}
+        for directory in sorted(directories):
             entry = tarfile.TarInfo(directory)
             entry.type = tarfile.DIRTYPE
             tar.addfile(entry)
-        data = ding_dictionary().encode("utf-8")
-        entry = tarfile.TarInfo("./usr/share/trans/de-en")
-        entry.size = len(data)
-        tar.addfile(entry, io.BytesIO(data))
+        for path, data in files.items():
+            entry = tarfile.TarInfo(f"./{path}")
+            entry.size = len(data)
+            tar.addfile(entry, io.BytesIO(data))
     members = [
         ("debian-binary", b"2.0\n"),
         ("control.tar.xz", control.getvalue()),
@@ -286,10 +288,30 @@ def write_ding_deb(folder):
     for name, data in members:
         header = f"{name:<16}{0:<12}{0:<6}{0:<6}{100644:<8}{len(data):<10}`\n".encode()
         archive += header + data + (b"\n" if len(data) % 2 else b"")
-    path = folder / "trans-de-en_1.9-6_all.deb"
+    path = folder / f"{package}_{version}_{architecture}.deb"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(archive)
     return path
+
+
+def write_ding_deb(folder):
+    return write_deb(folder, "trans-de-en", "1.9-6", {"usr/share/trans/de-en": ding_dictionary().encode("utf-8")})
+
+
+def mo_catalog(messages):
+    """A compiled gettext catalog (GNU .mo, as msgfmt writes it) of MESSAGES ({msgid: msgstr}); a msgid
+    "ctx\x04id" has a context, "one\x00many" a plural whose msgstr is "form0\x00form1"."""
+    entries = sorted({"": "Content-Type: text/plain; charset=UTF-8\n", **messages}.items())
+    ids, strs = ([text.encode("utf-8") for text in column] for column in zip(*entries))
+    count, table = len(entries), 28
+    offset = table + 16 * count  # two tables of (length, offset) pairs, then the strings
+    header = struct.pack("<7I", 0x950412DE, 0, count, table, table + 8 * count, 0, offset)
+    tables, blob = [b"", b""], b""
+    for column, strings in enumerate((ids, strs)):
+        for data in strings:
+            tables[column] += struct.pack("<2I", len(data), offset + len(blob))
+            blob += data + b"\0"
+    return header + tables[0] + tables[1] + blob
 
 
 def read(path):

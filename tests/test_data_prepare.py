@@ -286,5 +286,6 @@ def test_ding_without_the_package_says_how_to_get_it(tmp_path):
         "prepare-ding-de-en.sh", "--archives", tmp_path / "empty", "--output", tmp_path / "out"
     )
     assert result.returncode == 1
-    assert "trans-de-en_<version>_all.deb  `apt-get download trans-de-en`" in result.stderr
+    assert "`apt-get download trans-de-en`, or the de-en file it installs as /usr/share/trans/de-en" in result.stderr
+    assert "  trans-de-en_<version>_<arch>.deb  (https://packages.debian.org/trans-de-en)" in result.stderr
     assert not (tmp_path / "out").exists()

@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 
 from deepnmt_plugin.data.ding import DING
+from deepnmt_plugin.data.l10n import L10N
 from deepnmt_plugin.data.pipeline import DataPrepError, claim_output, run_steps, stamp_output
 from deepnmt_plugin.data.recipes import IWSLT14, WMT14, WMT14_EN_FR, WMT17, Options
 
-RECIPES = {recipe.name: recipe for recipe in (IWSLT14, WMT14, WMT17, WMT14_EN_FR, DING)}
+RECIPES = {recipe.name: recipe for recipe in (IWSLT14, WMT14, WMT17, WMT14_EN_FR, DING, L10N)}
 
 
 def parse_arguments(argv):
@@ -26,7 +27,7 @@ def parse_arguments(argv):
     add("--bpe", choices=("subword-nmt", "sentencepiece"), default="subword-nmt",
         help="joint BPE by subword-nmt (default, as the papers) or SentencePiece")
     add("--bpe-ops", type=int, help="merge operations (subword-nmt) or vocabulary size (sentencepiece); "
-        "default: IWSLT 10000, WMT 40000, Ding 8000")
+        "default: IWSLT 10000, WMT 40000, Ding 8000, l10n 2000")
     add("--workers", type=int, default=os.cpu_count(), help="processes (default: all cores)")
     add("--joined-dictionary", action=argparse.BooleanOptionalAction, default=True,
         help="one dictionary for both languages, as shared embeddings need (default: on)")

@@ -6,17 +6,13 @@ and valid hold real example sentences only, so a quickstart model is scored on s
 """
 
 import functools
-import io
 import itertools
 import re
 import shutil
-import subprocess
-import tarfile
 from pathlib import Path
 from typing import Iterable, List, Optional
 
-from deepnmt_plugin.data import moses, recipes
-from deepnmt_plugin.data.archives import BROKEN_ARCHIVE_ERRORS
+from deepnmt_plugin.data import debian, moses, recipes
 from deepnmt_plugin.data.pipeline import DataPrepError, Step, read_lines, read_pairs, write_lines
 from deepnmt_plugin.data.recipes import SPLITS, Options, Recipe
 
@@ -35,56 +31,19 @@ def find_dictionary(folder: Path) -> Optional[Path]:
     """The extracted ``de-en`` file, else the newest ``trans-de-en_*.deb``, in ``folder``."""
     if (folder / "de-en").is_file():
         return folder / "de-en"
-    packages = sorted(folder.glob(f"{PACKAGE}_*.deb"))
-    return packages[-1] if packages else None
+    return debian.newest_deb(folder, PACKAGE)
 
 
 def ensure_dictionary(options: Options) -> None:
-    if find_dictionary(options.archives):
-        return
-    failure = ""
-    if options.download and shutil.which("apt-get"):
-        print(f"downloading {PACKAGE} with apt-get download ...", flush=True)
-        options.archives.mkdir(parents=True, exist_ok=True)
-        result = subprocess.run(
-            ["apt-get", "download", PACKAGE], cwd=options.archives, capture_output=True, text=True
-        )
-        if find_dictionary(options.archives):
-            return
-        reason = (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[-1]
-        failure = f"apt-get download {PACKAGE} failed ({reason}); "
-    raise DataPrepError(
-        f"{failure}missing in {options.archives} (nothing was done; put it there, or rerun where apt-get "
-        f"can download):\n  {PACKAGE}_<version>_all.deb  `apt-get download {PACKAGE}` "
-        f"(https://packages.debian.org/sid/{PACKAGE}), or the de-en file it installs as /{DICTIONARY_MEMBER}"
-    )
+    if not find_dictionary(options.archives):
+        debian.download_missing([PACKAGE], options.archives, options.download,
+                                f", or the de-en file it installs as /{DICTIONARY_MEMBER}")
 
 
 def read_deb_member(deb: Path, member: str) -> bytes:
-    """A file of a .deb's data.tar.{xz,gz,bz2}: a .deb is an ar archive (debian-binary, control.tar.*,
-    data.tar.*), so neither dpkg nor root is needed."""
-    data = deb.read_bytes()
-    offset = 8  # after the "!<arch>\n" magic; each member is a 60-byte header, the data, padding to even
-    try:
-        if not data.startswith(b"!<arch>\n"):
-            raise ValueError("no ar header")
-        while offset + 60 <= len(data):
-            header = data[offset : offset + 60]
-            name, size = header[:16].decode().strip().rstrip("/"), int(header[48:58])
-            if name.startswith("data.tar"):
-                body = data[offset + 60 : offset + 60 + size]
-                with tarfile.open(fileobj=io.BytesIO(body), mode="r:*") as tar:
-                    for entry in tar:
-                        if entry.name.removeprefix("./") == member and entry.isfile():
-                            return tar.extractfile(entry).read()
-                raise DataPrepError(f"{deb} lacks {member}: not the {PACKAGE} package")
-            offset += 60 + size + size % 2
-        raise ValueError("no data.tar member")
-    except (ValueError, UnicodeDecodeError, *BROKEN_ARCHIVE_ERRORS) as error:
-        raise DataPrepError(
-            f"{deb} is corrupt or not a .deb Python can read ({error}); unpack it with `dpkg-deb -x` "
-            f"and put its {DICTIONARY_MEMBER} in --archives as de-en"
-        ) from error
+    for _, content in debian.deb_data_files(deb, lambda path: path == member):
+        return content
+    raise DataPrepError(f"{deb} lacks {member}: not the {PACKAGE} package")
 
 
 def unpack_dictionary(options: Options, destination: Path) -> str:
