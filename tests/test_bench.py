@@ -1,7 +1,10 @@
-"""Depth sweep: run classification and log parsing, and the --micro preset end to end on the toy corpus."""
+"""Depth sweep and depth study: run classification and log parsing, the --micro and study-micro presets end to end on the toy corpus."""
 
+import csv
 import json
+import subprocess
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -154,3 +157,78 @@ def test_scaled_residuals_run_as_many_forward_operators_as_stock(build_model, ar
             model(torch.tensor([[5, 6, 7, 2]]), torch.tensor([4]), torch.tensor([[2, 5, 6, 7]]))
         counts[name] = counter.count
     assert counts[arch] == counts["transformer"]
+
+
+def study_cell(workdir, name):
+    return json.loads((workdir / name / "result.json").read_text())
+
+
+def test_study_micro_trains_generates_scores_and_resumes(toy_data, tmp_path, capsys):
+    """--preset study-micro end to end on the toy corpus: a cell interrupted after its first checkpoint resumes
+    from it, every cell is scored on test, results.csv has the issue's columns, and the plots are written."""
+    from deepnmt_plugin.bench import study
+
+    workdir = tmp_path / "study"
+    # an earlier invocation stopped after update 2 of 4: its checkpoint_last.pt and log are there, no result
+    interrupted = study.Cell("deepnorm", 2, 2)
+    (workdir / interrupted.name).mkdir(parents=True)
+    stopped = study.train_command(str(toy_data), interrupted, study.STUDY_MICRO, workdir / interrupted.name / "checkpoints",
+                                  cpu=True)
+    stopped[stopped.index("--max-update") + 1] = "2"
+    with open(workdir / interrupted.name / "train.log", "w") as log:
+        subprocess.run(stopped, stdout=log, stderr=subprocess.STDOUT, check=True)
+
+    arguments = ["--data", str(toy_data), "--preset", "study-micro", "--methods", "preln", "deepnorm",
+                 "--workdir", str(workdir), "--cpu", "--jobs", "2"]
+    assert depth.main(arguments) == 0
+    resumed = (workdir / interrupted.name / "train.log").read_text()
+    assert "Loaded checkpoint" in resumed and "@ 2 updates)" in resumed
+    assert [update for update, _ in study_cell(workdir, interrupted.name)["update_norm"]] == [2, 4]
+
+    rows = list(csv.DictReader((workdir / "results.csv").open()))
+    assert list(rows[0]) == ["method", "encoder_layers", "decoder_layers", "updates", "valid_loss", "test_bleu",
+                             "diverged", "peak_rss_gib"]
+    assert [(r["method"], r["encoder_layers"], r["decoder_layers"], r["updates"]) for r in rows] == [
+        ("preln", "1", "1", "4"), ("deepnorm", "1", "1", "4"), ("preln", "2", "2", "4"), ("deepnorm", "2", "2", "4"),
+        ("deepnorm", "2", "2", "2")]  # the checkpointed twin, with its own budget
+    for row in rows:
+        result = study_cell(workdir, f"{row['method']}_{row['encoder_layers']}L-{row['decoder_layers']}L"
+                            + ("_ckpt" if row["updates"] == "2" else ""))
+        assert row["diverged"] == str(result["status"] == "diverged")
+        if result["status"] == "converged":
+            assert float(row["test_bleu"]) == result["scores"]["sacrebleu"] >= 0
+            assert result["scores"]["sentences"] == 100  # every test sentence
+        assert 0.1 < float(row["peak_rss_gib"]) < 8 and float(row["valid_loss"]) > 0
+    ckpt = study_cell(workdir, "deepnorm_2L-2L_ckpt")
+    assert ckpt["checkpoint_activations"] and "checkpoint_activations=True" in (workdir / ckpt["name"] / "train.log").read_text()
+    assert sum(study_cell(workdir, name)["status"] == "converged" for name in ("preln_1L-1L", "preln_2L-2L")) >= 1
+    for name in ("bleu_vs_depth.png", "update_norm_1L.png", "update_norm_2L.png"):
+        assert (workdir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| deepnorm_2L-2L_ckpt | 2 |" in (workdir / "results.md").read_text()
+
+    # a second invocation reuses every cell; another preset in the same workdir is refused before training
+    capsys.readouterr()
+    assert depth.main(arguments) == 0
+    assert "[1/5]" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match=r"was trained under another budget .* give this study another --workdir"):
+        depth.main(arguments + ["--max-update", "6"])
+
+
+def test_study_schedules_and_post_ln_failure_rule():
+    from deepnmt_plugin.bench import study
+
+    preset = study.STUDY
+    for method in ("postln", "admin", "deepnorm"):
+        command = " ".join(study.train_command("data", study.Cell(method, 6, 6), preset, Path("s"), cpu=True))
+        assert f"--lr 0.002 --lr-scheduler inverse_sqrt --warmup-updates {preset.warmup_updates} --warmup-init-lr 1e-7" in command
+    for method in ("preln", "tfixup"):
+        command = " ".join(study.train_command("data", study.Cell(method, 6, 6), preset, Path("s"), cpu=True))
+        assert f"--lr 0.002 --lr-scheduler inverse_sqrt_nowarmup --decay-period {preset.warmup_updates}" in command
+
+    def row(depth, bleu, status="converged"):
+        return {"method": "postln", "encoder_layers": depth, "decoder_layers": depth, "checkpoint_activations": False,
+                "test_bleu": bleu, "status": status}
+
+    assert study.post_ln_failure_depth([row(6, 20.0), row(18, 12.0), row(50, 9.9)]) == 50  # below half of 20
+    assert study.post_ln_failure_depth([row(6, 20.0), row(18, None, "diverged"), row(50, 9.9)]) == 18
+    assert study.post_ln_failure_depth([row(6, 20.0), row(18, 10.0)]) is None

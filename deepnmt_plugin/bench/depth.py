@@ -238,6 +238,9 @@ def parse_arguments(argv=None):
                          help=f"{PRESETS['quick']}: 15.3 min measured on 2 CPU cores with --jobs 2")
     presets.add_argument("--micro", action="store_const", dest="preset", const="micro",
                          help=f"{PRESETS['micro']}: checks the pipeline in seconds")
+    presets.add_argument("--preset", choices=[*PRESETS, "study", "study-micro"],
+                         help="study: the depth study on the l10n corpus (data-prep/prepare-l10n-de-en.sh), every cell "
+                              "trained until it translates, then test BLEU (bench/study.py); study-micro checks its pipeline")
     parser.set_defaults(preset="full")  # about 69 min on 2 CPU cores with --jobs 2 (15.3 quick + 53.3 for 100L, 200L)
     parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
     parser.add_argument("--depths", nargs="+", type=int, help="override the preset's depths")
@@ -255,6 +258,8 @@ def parse_arguments(argv=None):
 
 def main(argv=None) -> int:
     args = parse_arguments(argv)
+    if args.preset.startswith("study"):
+        return run_study(args)
     preset = PRESETS[args.preset]
     preset = replace(preset, depths=tuple(args.depths or preset.depths), max_update=args.max_update or preset.max_update,
                      warmup_updates=args.warmup_updates)
@@ -297,6 +302,24 @@ def main(argv=None) -> int:
     print(f"wrote {workdir / 'bench_depth.json'}, {workdir / 'bench_depth.md'} and {len(plots)} plots", flush=True)
     print((workdir / "bench_depth.md").read_text(), flush=True)
     return 0
+
+
+def run_study(args) -> int:
+    from deepnmt_plugin.bench import study
+
+    preset = study.STUDY if args.preset == "study" else study.STUDY_MICRO
+    # --depths picks the grid's depths and the checkpointed cells at those depths; 500 picks only the latter
+    depths = tuple(args.depths or preset.depths)
+    checkpointed_only = {cell[1] for cell in preset.checkpointed} - set(preset.depths)
+    preset = replace(preset, depths=tuple(depth for depth in depths if depth not in checkpointed_only),
+                     checkpointed=tuple(cell for cell in preset.checkpointed if cell[1] in depths or not args.depths),
+                     max_update=args.max_update or preset.max_update,
+                     warmup_updates=args.warmup_updates or preset.warmup_updates)
+    args.data_bin = data_bin(args.data)
+    args.cpu = args.cpu or not cuda_available()
+    args.workdir = args.workdir or f"runs/{args.preset.replace('-', '_')}"
+    threads = max(1, available_cores() // args.jobs) if args.cpu and args.jobs > 1 else None
+    return study.run(args, preset, threads)
 
 
 def say(line: str) -> None:

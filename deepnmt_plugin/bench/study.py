@@ -1,0 +1,314 @@
+"""The depth study: ``python -m deepnmt_plugin.bench.depth --preset study --data DIR [--jobs 2]``.
+
+Every method at every depth trains on real text long enough to translate, each under its own paper's
+schedule, with the same peak learning rate and token budget: inverse_sqrt warmup for Post-LN, Admin and
+DeepNorm (their recipes warm up), ``inverse_sqrt_nowarmup`` (T-Fixup's decay, no warmup) for T-Fixup and
+Pre-LN (both papers' claim). A cell is trained -> its last checkpoint generates the test set (beam 4) ->
+sacreBLEU; the 1,000-layer cells (DeepNorm and Post-LN at 500L-500L) and a 100L-100L DeepNorm twin train
+with ``--checkpoint-activations``, and each cell's peak RSS is measured (``os.wait4``).
+
+Resumable at every level: a cell whose ``result.json`` exists is reused; a cell stopped mid-training
+resumes from its ``checkpoint_last.pt`` (fairseq's own resume, saved every ``save_interval`` updates);
+generation and scoring are skipped when their outputs exist. ``--jobs N`` trains N cells at once,
+deepest first, the CPU cores split between them as OMP threads.
+
+Outputs in ``--workdir`` (default ``runs/depth_study``): ``results.csv`` (one row a cell), ``results.md``,
+``bleu_vs_depth.png`` (DeepNet Fig. 1/3), ``update_norm_<depth>L.png`` (DeepNet Fig. 5: early model
+update, each method under its schedule) and, per cell, ``train.log``, ``generate.txt``, ``scores.json``.
+"""
+
+import csv
+import json
+import logging
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import List, Optional
+
+from deepnmt_plugin.bench.depth import CONVERGED, FAILED, METHODS, classify, final_valid_loss, say, update_norm_curve
+from deepnmt_plugin.reproduce import DIVERGED, USER_DIR, diverged_log
+
+RESULT_COLUMNS = ["method", "encoder_layers", "decoder_layers", "updates", "valid_loss", "test_bleu", "diverged",
+                  "peak_rss_gib"]
+# Post-LN, Admin and DeepNorm warm up in their papers' recipes; T-Fixup and Pre-LN are proposed to need no warmup.
+WARMUP_METHODS = ("postln", "admin", "deepnorm")
+
+
+@dataclass(frozen=True)
+class StudyPreset:
+    depths: tuple
+    max_update: int
+    max_tokens: int
+    lr: float  # the peak, the same for every method
+    warmup_updates: int  # inverse_sqrt warmup of WARMUP_METHODS; the decay period of the others' schedule
+    embed_dim: int
+    ffn_dim: int
+    heads: int
+    dropout: float
+    interval: int  # updates between train_inner lines and update-norm measurements
+    save_interval: int  # updates between checkpoints (what an interrupted cell resumes from)
+    # (method, encoder layers, decoder layers, updates) trained with --checkpoint-activations, beside the grid; fewer
+    # updates than the grid's where the cell costs most of the budget (500L-500L: 80x a 6L-6L update)
+    checkpointed: tuple = ()
+
+
+# Chosen on valid BLEU of 6L-6L Pre-LN runs (no warmup, 1500 updates): 10.4 with dropout 0.1, 13.5 without;
+# 64-dim models learn more per CPU-second than 128-dim ones, and 1024-token batches more per token than 4096.
+STUDY = StudyPreset(depths=(6, 18, 50, 100), max_update=2000, max_tokens=1024, lr=2e-3, warmup_updates=500,
+                    embed_dim=64, ffn_dim=128, heads=2, dropout=0.0, interval=10, save_interval=100,
+                    checkpointed=(("deepnorm", 500, 500, 1000), ("postln", 500, 500, 300), ("deepnorm", 100, 100, 50)))
+# checks the pipeline in about a minute: every step of every kind of cell, on any corpus
+STUDY_MICRO = StudyPreset(depths=(1, 2), max_update=4, max_tokens=512, lr=2e-3, warmup_updates=2, embed_dim=16,
+                          ffn_dim=32, heads=2, dropout=0.1, interval=2, save_interval=2,
+                          checkpointed=(("deepnorm", 2, 2, 2),))
+
+
+@dataclass(frozen=True)
+class Cell:
+    method: str
+    encoder_layers: int
+    decoder_layers: int
+    checkpoint_activations: bool = False
+    max_update: Optional[int] = None  # None: the preset's
+
+    @property
+    def name(self) -> str:
+        return f"{self.method}_{self.encoder_layers}L-{self.decoder_layers}L" + ("_ckpt" * self.checkpoint_activations)
+
+    @property
+    def layers(self) -> int:
+        return self.encoder_layers + self.decoder_layers
+
+
+def budget(preset: StudyPreset) -> dict:
+    """What every cell's result depends on besides the cell itself (its method, depth and own updates), so that
+    an invocation with other --depths or --methods reuses the cells it shares with an earlier one."""
+    return {key: value for key, value in asdict(preset).items() if key not in ("depths", "checkpointed")}
+
+
+def cells(preset: StudyPreset, methods) -> List[Cell]:
+    grid = [Cell(method, depth, depth) for depth in preset.depths for method in methods]
+    return grid + [Cell(method, encoder, decoder, True, updates) for method, encoder, decoder, updates in preset.checkpointed
+                   if method in methods]
+
+
+def schedule(preset: StudyPreset, method: str) -> List[str]:
+    if method in WARMUP_METHODS:
+        return ["--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(preset.warmup_updates),
+                "--warmup-init-lr", "1e-7"]
+    return ["--lr-scheduler", "inverse_sqrt_nowarmup", "--decay-period", str(preset.warmup_updates)]
+
+
+def train_command(data_bin: str, cell: Cell, preset: StudyPreset, save_dir: Path, cpu: bool) -> List[str]:
+    dims = [f"--{side}-{name}" for side in ("encoder", "decoder") for name in ("embed-dim", "ffn-embed-dim",
+                                                                             "attention-heads")]
+    sizes = [preset.embed_dim, preset.ffn_dim, preset.heads] * 2
+    return [
+        sys.executable, "-m", "fairseq_cli.train", data_bin, "--user-dir", USER_DIR, "--task", "translation_deep",
+        "--arch", METHODS[cell.method], "--encoder-layers", str(cell.encoder_layers),
+        "--decoder-layers", str(cell.decoder_layers), *[str(x) for pair in zip(dims, sizes) for x in pair],
+        "--share-all-embeddings", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", str(preset.lr),
+        *schedule(preset, cell.method), "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+        "--dropout", str(preset.dropout), "--max-tokens", str(preset.max_tokens),
+        "--max-update", str(cell.max_update or preset.max_update), "--seed", "1", "--divergence-guard",
+        "--log-format", "simple", "--log-interval", str(preset.interval),
+        "--diagnostics-interval", str(preset.interval), "--diagnostics-groups", "update",
+        # validate once, when max-update is reached; resume from checkpoint_last.pt, written every save_interval
+        "--validate-interval", str(10**6), "--save-dir", str(save_dir), "--no-epoch-checkpoints",
+        "--save-interval-updates", str(preset.save_interval), "--keep-interval-updates", "1",
+        *(["--checkpoint-activations"] if cell.checkpoint_activations else []), *(["--cpu"] if cpu else []),
+    ]
+
+
+def generate_command(data_bin: str, checkpoint: Path, cpu: bool) -> List[str]:
+    # a model that has not learnt to stop would otherwise decode 200 tokens a sentence
+    return [sys.executable, "-m", "fairseq_cli.generate", data_bin, "--user-dir", USER_DIR, "--path", str(checkpoint),
+            "--gen-subset", "test", "--beam", "4", "--max-len-a", "1.2", "--max-len-b", "10", "--remove-bpe",
+            "--max-tokens", "4096", "--required-batch-size-multiple", "1", *(["--cpu"] if cpu else [])]
+
+
+def run_measured(command: List[str], log_path: Path, environment: dict) -> tuple:
+    """(exit status, seconds, peak RSS in KiB) of ``command``, its output appended to ``log_path``."""
+    started = time.time()
+    with open(log_path, "a") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
+        _, status, usage = os.wait4(process.pid, 0)  # the rusage of this child alone, whatever runs beside it
+    return os.waitstatus_to_exitcode(status), time.time() - started, usage.ru_maxrss  # Linux: KiB
+
+
+def seconds_per_update(log: str) -> Optional[float]:
+    """1 / median of fairseq's updates per second over the train_inner lines (steady state, no start-up)."""
+    rates = [float(value) for value in re.findall(r"\| train_inner \|.*?ups=([\d.]+)", log)]
+    rates = [rate for rate in rates if rate > 0]
+    return round(1 / statistics.median(rates), 3) if rates else None
+
+
+def last_update(log: str) -> int:
+    updates = re.findall(r"num_updates[= ](\d+)", log)
+    return int(updates[-1]) if updates else 0
+
+
+def run_cell(args, cell: Cell, preset: StudyPreset, threads: Optional[int]) -> dict:
+    """Train (resuming), generate, score; returns and keeps the cell's result."""
+    directory = Path(args.workdir) / cell.name
+    result_path = directory / "result.json"
+    if result_path.exists():
+        return json.loads(result_path.read_text())
+    directory.mkdir(parents=True, exist_ok=True)
+    save_dir, log_path, progress_path = directory / "checkpoints", directory / "train.log", directory / "train.json"
+    environment = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
+    # what earlier, interrupted invocations measured: the segments' seconds add up, the peak RSS is their max
+    progress = json.loads(progress_path.read_text()) if progress_path.exists() else {"seconds": 0.0, "rss_kib": 0}
+    log = log_path.read_text() if log_path.exists() else ""
+    if progress.get("returncode") != 0 and not diverged_log(log):  # not finished: train, or resume
+        command = train_command(args.data_bin, cell, preset, save_dir, cpu=args.cpu)
+        returncode, seconds, rss_kib = run_measured(command, log_path, environment)
+        progress = {"seconds": progress["seconds"] + seconds, "rss_kib": max(progress["rss_kib"], rss_kib),
+                    "returncode": returncode}
+        progress_path.write_text(json.dumps(progress))
+        log = log_path.read_text()
+    status = classify(log, progress["returncode"])
+    scores = None
+    if status == CONVERGED:
+        generated, scores_path = directory / "generate.txt", directory / "scores.json"
+        if not scores_path.exists():
+            with open(generated, "w") as out:
+                subprocess.run(generate_command(args.data_bin, save_dir / "checkpoint_last.pt", args.cpu), stdout=out,
+                               stderr=subprocess.STDOUT, env=environment, check=True)
+            subprocess.run([sys.executable, "-m", "deepnmt_plugin.scoring", str(generated), "--source-lang", "de",
+                            "--target-lang", "en", "--json", str(scores_path)], stdout=subprocess.DEVNULL, check=True)
+        scores = json.loads(scores_path.read_text())
+    result = {
+        **asdict(cell), "name": cell.name, "budget": budget(preset), "status": status,
+        "updates": last_update(log), "valid_loss": final_valid_loss(log),
+        "test_bleu": scores["sacrebleu"] if scores else None, "scores": scores,
+        "peak_rss_gib": round(progress["rss_kib"] / 2**20, 2), "seconds": round(progress["seconds"]),
+        "seconds_per_update": seconds_per_update(log), "update_norm": update_norm_curve(log), "log": str(log_path),
+    }
+    if status != FAILED:  # a crash (out of memory, a bad flag) is retried by the next invocation, from its checkpoint
+        result_path.write_text(json.dumps(result, indent=1))
+    return result
+
+
+def post_ln_failure_depth(results: List[dict]) -> Optional[int]:
+    """The smallest depth at which Post-LN fails: it diverged, or ended below half its 6L-6L BLEU."""
+    post_ln = {r["encoder_layers"]: r for r in results if r["method"] == "postln" and not r["checkpoint_activations"]
+               and r["encoder_layers"] == r["decoder_layers"]}
+    if 6 not in post_ln or post_ln[6]["test_bleu"] is None:
+        return None
+    for depth in sorted(post_ln):
+        run = post_ln[depth]
+        if run["status"] == DIVERGED or (run["test_bleu"] is not None and run["test_bleu"] < post_ln[6]["test_bleu"] / 2):
+            return depth
+    return None
+
+
+def write_csv(results: List[dict], path: Path) -> None:
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=RESULT_COLUMNS, extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        for result in results:
+            writer.writerow({**result, "diverged": result["status"] == DIVERGED,
+                             "test_bleu": "" if result["test_bleu"] is None else result["test_bleu"]})
+
+
+def write_markdown(results: List[dict], path: Path, title: str) -> None:
+    lines = [f"### {title}", "", "| cell | updates | valid loss | test sacreBLEU | s/update | peak RSS (GiB) |",
+             "|---|---|---|---|---|---|"]
+    for r in results:
+        bleu = DIVERGED if r["status"] == DIVERGED else f"{r['test_bleu']:.2f}"
+        loss = "–" if r["valid_loss"] is None else f"{r['valid_loss']:.3f}"
+        lines.append(f"| {r['name']} | {r['updates']} | {loss} | {bleu} | {r['seconds_per_update']} | {r['peak_rss_gib']} |")
+    failure = post_ln_failure_depth(results)
+    lines += ["", "Post-LN fails (diverges, or ends below half its 6L-6L BLEU) first at "
+              + (f"{failure}L-{failure}L." if failure else "no depth of this study.")]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def write_plots(results: List[dict], workdir: Path, preset: StudyPreset) -> List[Path]:
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # importing fairseq set the root logger to DEBUG
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    written, grid = [], [r for r in results if not r["checkpoint_activations"] and r["encoder_layers"] == r["decoder_layers"]]
+    figure, axes = plt.subplots(figsize=(6, 4))
+    for method in (m for m in METHODS if any(r["method"] == m for r in results)):
+        runs = sorted((r for r in results if r["method"] == method), key=lambda r: r["encoder_layers"])
+        points = [(r["encoder_layers"], r["test_bleu"]) for r in runs if r["status"] == CONVERGED]
+        line, = axes.plot(*zip(*points), marker="o", label=method) if points else axes.plot([], [], label=method)
+        diverged = [r["encoder_layers"] for r in runs if r["status"] == DIVERGED]
+        if diverged:  # a diverged run has no BLEU: an x on the bottom edge marks it
+            axes.plot(diverged, [0] * len(diverged), "x", color=line.get_color(), markersize=10, clip_on=False,
+                      transform=axes.get_xaxis_transform())
+    depths = sorted({r["encoder_layers"] for r in results})
+    axes.set(title="Test sacreBLEU vs depth (x on the bottom edge: diverged)", xlabel="layers per stack (N = M)",
+             ylabel="sacreBLEU", xscale="log")
+    axes.set_xticks(depths, [str(d) for d in depths])
+    axes.minorticks_off()
+    axes.legend()
+    written.append(workdir / "bleu_vs_depth.png")
+    figure.savefig(written[-1], dpi=100, bbox_inches="tight")
+    plt.close(figure)
+
+    for depth in sorted({r["encoder_layers"] for r in grid}):
+        figure, axes = plt.subplots(figsize=(6, 4))
+        for run in (r for r in grid if r["encoder_layers"] == depth and r["update_norm"]):
+            steps, values = zip(*run["update_norm"])
+            warmup = f"warmup {preset.warmup_updates}" if run["method"] in WARMUP_METHODS else "no warmup"
+            axes.plot(steps, values, label=f"{run['method']} ({warmup})" + ("" if run["status"] == CONVERGED else ", diverged"))
+        axes.set(title=f"Model update, {depth}L-{depth}L, each method under its own schedule", xlabel="update",
+                 ylabel="||F(x, θ_t) − F(x, θ_0)||", yscale="log")
+        axes.set_xlim(0, 2 * preset.warmup_updates)  # early training: warmup and as long again
+        axes.legend(fontsize="small")
+        written.append(workdir / f"update_norm_{depth}L.png")
+        figure.savefig(written[-1], dpi=100, bbox_inches="tight")
+        plt.close(figure)
+    return written
+
+
+def run(args, preset: StudyPreset, threads: Optional[int]) -> int:
+    """The study's driver, called by ``bench.depth.main`` with its parsed arguments."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    plan = cells(preset, args.methods)
+    for kept in (workdir / cell.name / "result.json" for cell in plan):
+        if kept.exists() and json.loads(kept.read_text())["budget"] != budget(preset):
+            raise SystemExit(f"deepnmt: error: {kept} was trained under another budget than {budget(preset)}; "
+                             "give this study another --workdir")
+    title = (f"Depth study: {preset.embed_dim}-{preset.ffn_dim}-{preset.heads}, peak lr {preset.lr:g}, "
+             f"{preset.max_update} updates x {preset.max_tokens} tokens, warmup {preset.warmup_updates} for "
+             f"{', '.join(WARMUP_METHODS)}, none for the others")
+    say(f"{title}: {len(plan)} cells in {workdir}, {args.jobs} at a time")
+    order = sorted(plan, key=lambda cell: -cell.layers)  # deepest first: no long cell is left alone at the end
+
+    def run_and_report(index, cell):
+        label = f"[{index}/{len(plan)}] {cell.name}"
+        say(f"{label} ...")
+        result = run_cell(args, cell, preset, threads)
+        bleu = "–" if result["test_bleu"] is None else f"{result['test_bleu']:.2f}"
+        say(f"{label}: {result['status']} after {result['updates']} updates, test sacreBLEU {bleu}, "
+            f"{result['seconds_per_update']} s/update, peak RSS {result['peak_rss_gib']} GiB (log: {result['log']})")
+        return result
+
+    with ThreadPoolExecutor(max_workers=args.jobs) as workers:
+        results = list(workers.map(run_and_report, range(1, len(order) + 1), order))
+    failed = [r["name"] for r in results if r["status"] == FAILED]
+    results = sorted((r for r in results if r["status"] != FAILED), key=lambda r: [c.name for c in plan].index(r["name"]))
+    write_csv(results, workdir / "results.csv")
+    write_markdown(results, workdir / "results.md", title)
+    plots = write_plots(results, workdir, preset)
+    say(f"wrote {workdir / 'results.csv'}, {workdir / 'results.md'} and {len(plots)} plots")
+    say((workdir / "results.md").read_text())
+    if failed:
+        say(f"deepnmt: error: {', '.join(failed)} crashed (not a divergence); see their train.log, then rerun to resume")
+        return 1
+    return 0
