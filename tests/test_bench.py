@@ -202,6 +202,8 @@ def test_study_micro_trains_generates_scores_and_resumes(toy_data, tmp_path, cap
     ckpt = study_cell(workdir, "deepnorm_2L-2L_ckpt")
     assert ckpt["checkpoint_activations"] and "checkpoint_activations=True" in (workdir / ckpt["name"] / "train.log").read_text()
     assert sum(study_cell(workdir, name)["status"] == "converged" for name in ("preln_1L-1L", "preln_2L-2L")) >= 1
+    samples = (workdir / "samples.md").read_text()  # the first test sentences as every converged cell translated them
+    assert samples.count("- source: ") == 6 and "  - preln_1L-1L: " in samples
     for name in ("bleu_vs_depth.png", "update_norm_1L.png", "update_norm_2L.png"):
         assert (workdir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| deepnorm_2L-2L_ckpt | 2 |" in (workdir / "results.md").read_text()

@@ -35,6 +35,8 @@ from deepnmt_plugin.reproduce import DIVERGED, USER_DIR, diverged_log
 
 RESULT_COLUMNS = ["method", "encoder_layers", "decoder_layers", "updates", "valid_loss", "test_bleu", "diverged",
                   "peak_rss_gib"]
+PROGRESS_EVERY = 100
+PROGRESS_LINE = re.compile(r"\| (?P<kind>train_inner|valid) \|.*?loss[= ](?P<loss>[^,\s|]+).*?num_updates[= ](?P<update>\d+)")
 # Post-LN, Admin and DeepNorm warm up in their papers' recipes; T-Fixup and Pre-LN are proposed to need no warmup.
 WARMUP_METHODS = ("postln", "admin", "deepnorm")
 
@@ -57,8 +59,9 @@ class StudyPreset:
     checkpointed: tuple = ()
 
 
-# Chosen on valid BLEU of 6L-6L Pre-LN runs (no warmup, 1500 updates): 10.4 with dropout 0.1, 13.5 without;
-# 64-dim models learn more per CPU-second than 128-dim ones, and 1024-token batches more per token than 4096.
+# Chosen on valid BLEU of 6L-6L runs, lr 2e-3 with no warmup (inverse_sqrt_nowarmup, decay period 4000), 1500 updates:
+# Pre-LN 10.4 with dropout 0.1, 13.5 without, T-Fixup 16.7 without; 64-dim models learned more per CPU-second than
+# 128-dim ones, 1024-token batches more per token than 4096 (lr 1e-3, 500 x 4096 tokens: 4.5).
 STUDY = StudyPreset(depths=(6, 18, 50, 100), max_update=2000, max_tokens=1024, lr=2e-3, warmup_updates=500,
                     embed_dim=64, ffn_dim=128, heads=2, dropout=0.0, interval=10, save_interval=100,
                     checkpointed=(("deepnorm", 500, 500, 1000), ("postln", 500, 500, 300), ("deepnorm", 100, 100, 50)))
@@ -118,7 +121,8 @@ def train_command(data_bin: str, cell: Cell, preset: StudyPreset, save_dir: Path
         "--max-update", str(cell.max_update or preset.max_update), "--seed", "1", "--divergence-guard",
         "--log-format", "simple", "--log-interval", str(preset.interval),
         "--diagnostics-interval", str(preset.interval), "--diagnostics-groups", "update",
-        # validate once, when max-update is reached; resume from checkpoint_last.pt, written every save_interval
+        # checkpoint_last.pt (what a stopped cell resumes from) every save_interval updates; fairseq validates at
+        # each of these saves and at the end, and not at epoch ends
         "--validate-interval", str(10**6), "--save-dir", str(save_dir), "--no-epoch-checkpoints",
         "--save-interval-updates", str(preset.save_interval), "--keep-interval-updates", "1",
         *(["--checkpoint-activations"] if cell.checkpoint_activations else []), *(["--cpu"] if cpu else []),
@@ -132,11 +136,18 @@ def generate_command(data_bin: str, checkpoint: Path, cpu: bool) -> List[str]:
             "--max-tokens", "4096", "--required-batch-size-multiple", "1", *(["--cpu"] if cpu else [])]
 
 
-def run_measured(command: List[str], log_path: Path, environment: dict) -> tuple:
-    """(exit status, seconds, peak RSS in KiB) of ``command``, its output appended to ``log_path``."""
+def run_measured(command: List[str], log_path: Path, environment: dict, label: str) -> tuple:
+    """(exit status, seconds, peak RSS in KiB) of ``command``, its output appended to ``log_path``; a progress line
+    every PROGRESS_EVERY updates and at validation, so a long cell shows where it is."""
     started = time.time()
     with open(log_path, "a") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environment, text=True)
+        for line in process.stdout:
+            log.write(line)
+            log.flush()
+            progress = PROGRESS_LINE.search(line)
+            if progress and (progress.group("kind") == "valid" or int(progress.group("update")) % PROGRESS_EVERY == 0):
+                say(f"    {label}: {progress.group('kind')} loss {progress.group('loss')} at update {progress.group('update')}")
         _, status, usage = os.wait4(process.pid, 0)  # the rusage of this child alone, whatever runs beside it
     return os.waitstatus_to_exitcode(status), time.time() - started, usage.ru_maxrss  # Linux: KiB
 
@@ -167,7 +178,7 @@ def run_cell(args, cell: Cell, preset: StudyPreset, threads: Optional[int]) -> d
     log = log_path.read_text() if log_path.exists() else ""
     if progress.get("returncode") != 0 and not diverged_log(log):  # not finished: train, or resume
         command = train_command(args.data_bin, cell, preset, save_dir, cpu=args.cpu)
-        returncode, seconds, rss_kib = run_measured(command, log_path, environment)
+        returncode, seconds, rss_kib = run_measured(command, log_path, environment, cell.name)
         progress = {"seconds": progress["seconds"] + seconds, "rss_kib": max(progress["rss_kib"], rss_kib),
                     "returncode": returncode}
         progress_path.write_text(json.dumps(progress))
@@ -224,10 +235,36 @@ def write_markdown(results: List[dict], path: Path, title: str) -> None:
         bleu = DIVERGED if r["status"] == DIVERGED else f"{r['test_bleu']:.2f}"
         loss = "–" if r["valid_loss"] is None else f"{r['valid_loss']:.3f}"
         lines.append(f"| {r['name']} | {r['updates']} | {loss} | {bleu} | {r['seconds_per_update']} | {r['peak_rss_gib']} |")
-    failure = post_ln_failure_depth(results)
-    lines += ["", "Post-LN fails (diverges, or ends below half its 6L-6L BLEU) first at "
-              + (f"{failure}L-{failure}L." if failure else "no depth of this study.")]
+    if any(r["method"] == "postln" and r["encoder_layers"] == 6 for r in results):
+        failure = post_ln_failure_depth(results)
+        lines += ["", "Post-LN fails (diverges, or ends below half its 6L-6L BLEU) first at "
+                  + (f"{failure}L-{failure}L." if failure else "no depth of this study.")]
     path.write_text("\n".join(lines) + "\n")
+
+
+def write_samples(results: List[dict], workdir: Path, path: Path, count: int = 6) -> None:
+    """The first ``count`` test sentences as each converged cell translated them: BLEU is read beside them."""
+    cells = [r for r in results if r["status"] == CONVERGED and (workdir / r["name"] / "generate.txt").exists()]
+    if not cells:
+        return
+    outputs = {r["name"]: generate_lines(workdir / r["name"] / "generate.txt") for r in cells}
+    first = outputs[cells[0]["name"]]
+    lines = ["### Sample test translations (detokenization aside, as scored)", ""]
+    for sentence in sorted(first)[:count]:
+        lines += [f"- source: {first[sentence]['S']}", f"  - reference: {first[sentence]['T']}"]
+        lines += [f"  - {name}: {output.get(sentence, {}).get('H', '–')}" for name, output in outputs.items()]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def generate_lines(path: Path) -> dict:
+    """{sentence id: {"S": source, "T": reference, "H": hypothesis}} from fairseq-generate's output."""
+    sentences: dict = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        kind, _, rest = line.partition("-")
+        if kind in ("S", "T", "H") and rest[:1].isdigit():
+            number, *fields = rest.split("\t")
+            sentences.setdefault(int(number), {})[kind] = fields[-1]
+    return sentences
 
 
 def write_plots(results: List[dict], workdir: Path, preset: StudyPreset) -> List[Path]:
@@ -305,6 +342,7 @@ def run(args, preset: StudyPreset, threads: Optional[int]) -> int:
     results = sorted((r for r in results if r["status"] != FAILED), key=lambda r: [c.name for c in plan].index(r["name"]))
     write_csv(results, workdir / "results.csv")
     write_markdown(results, workdir / "results.md", title)
+    write_samples(results, workdir, workdir / "samples.md")
     plots = write_plots(results, workdir, preset)
     say(f"wrote {workdir / 'results.csv'}, {workdir / 'results.md'} and {len(plots)} plots")
     say((workdir / "results.md").read_text())
