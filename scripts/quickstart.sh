@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# The quickstart: builds the Ding De-En corpus, trains Post-LN and Admin 12L-12L on its sentences (tiny dims, 1800 updates,
-# about 7 minutes each on 2 CPU cores, no warmup), generates, scores and prints the results table. About 18 minutes on 2 cores;
-# rerunning it skips every finished step.
+# The quickstart: builds the l10n De-En corpus (German UI strings of 14 Debian packages, data-prep/prepare-l10n-de-en.sh),
+# then trains Post-LN and Admin at 18L-18L side by side under the depth study's preset (64-128-2, peak lr 2e-3 after 500
+# warmup updates, 2000 updates of 1024 tokens), generates the test set and prints the table with test sacreBLEU.
+# They are two cells of the depth study (docs/depth_study), kept in its workdir; rerunning skips every finished step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-data=${QUICKSTART_DATA:-data/ding}
-workdir=${QUICKSTART_WORKDIR:-runs}
-echo "== quickstart 1/2: the Ding De-En corpus in $data"
-bash data-prep/prepare-ding-de-en.sh --output "$data" --workers "$(nproc)"
-echo "== quickstart 2/2: train, generate and score (runs in $workdir/quickstart)"
-exec python -m deepnmt_plugin.reproduce configs/quickstart.yaml --data "$data" --workdir "$workdir" --gpus 0 "$@"
+data=${QUICKSTART_DATA:-data/l10n}
+workdir=${QUICKSTART_WORKDIR:-runs/depth_study}
+echo "== quickstart 1/2: the l10n De-En corpus in $data"
+bash data-prep/prepare-l10n-de-en.sh --output "$data" --workers "$(nproc)"
+echo "== quickstart 2/2: Post-LN and Admin 18L-18L, trained side by side, then test sacreBLEU (runs in $workdir)"
+exec python -m deepnmt_plugin.bench.depth --preset study --data "$data" --methods postln admin --depths 18 --jobs 2 \
+    --workdir "$workdir" "$@"
