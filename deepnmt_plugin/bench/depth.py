@@ -210,24 +210,33 @@ def write_plots(runs: List[dict], workdir: Path) -> List[Path]:
         figure.savefig(written[-1], dpi=100, bbox_inches="tight")
         plt.close(figure)
 
+    by_method = {m: [(r["depth"], r["final_valid_loss"] if r["status"] == CONVERGED else None) for r in runs if r["method"] == m]
+                 for m in METHODS}
+    written.append(workdir / "final_loss_vs_depth.png")
+    plot_vs_depth(by_method, "Final validation loss (x on the bottom edge: not converged)", "validation loss", written[-1])
+    return written
+
+
+def plot_vs_depth(by_method: dict, title: str, ylabel: str, path: Path) -> None:
+    """One line per method through its (depth, value) points; a value of None (a run that did not converge) is an x
+    on the bottom edge."""
+    import matplotlib.pyplot as plt
+
     figure, axes = plt.subplots(figsize=(6, 4))
-    for method in (m for m in METHODS if any(r["method"] == m for r in runs)):
-        points = sorted((r["depth"], r["final_valid_loss"]) for r in runs if r["method"] == method and r["status"] == CONVERGED)
-        line, = axes.plot([d for d, _ in points], [loss for _, loss in points], marker="o", label=method)
-        failed = [r["depth"] for r in runs if r["method"] == method and r["status"] != CONVERGED]
-        if failed:  # a diverged run has no loss to plot: an x on the bottom edge marks it
+    for method, points in ((m, sorted(p)) for m, p in by_method.items() if p):
+        finished = [(depth, value) for depth, value in points if value is not None]
+        line, = axes.plot([d for d, _ in finished], [v for _, v in finished], marker="o", label=method)
+        failed = [depth for depth, value in points if value is None]
+        if failed:
             axes.plot(failed, [0] * len(failed), "x", color=line.get_color(), markersize=10, clip_on=False,
                       transform=axes.get_xaxis_transform())
-    depths = sorted({r["depth"] for r in runs})
-    axes.set(title="Final validation loss (x on the bottom edge: not converged)", xlabel="layers per stack",
-             ylabel="validation loss", xscale="log")
+    depths = sorted({depth for points in by_method.values() for depth, _ in points})
+    axes.set(title=title, xlabel="layers per stack", ylabel=ylabel, xscale="log")
     axes.set_xticks(depths, [str(d) for d in depths])
     axes.minorticks_off()
     axes.legend()
-    written.append(workdir / "final_loss_vs_depth.png")
-    figure.savefig(written[-1], dpi=100, bbox_inches="tight")
+    figure.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(figure)
-    return written
 
 
 def parse_arguments(argv=None):

@@ -30,7 +30,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import List, Optional
 
-from deepnmt_plugin.bench.depth import CONVERGED, FAILED, METHODS, classify, final_valid_loss, say, update_norm_curve
+from deepnmt_plugin.bench.depth import (CONVERGED, FAILED, METHODS, classify, final_valid_loss, plot_vs_depth, say,
+                                        update_norm_curve)
 from deepnmt_plugin.reproduce import DIVERGED, USER_DIR, diverged_log
 
 RESULT_COLUMNS = ["method", "encoder_layers", "decoder_layers", "updates", "valid_loss", "test_bleu", "diverged",
@@ -274,29 +275,17 @@ def write_plots(results: List[dict], workdir: Path, preset: StudyPreset) -> List
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
-    written, grid = [], [r for r in results if not r["checkpoint_activations"] and r["encoder_layers"] == r["decoder_layers"]]
-    figure, axes = plt.subplots(figsize=(6, 4))
-    for method in (m for m in METHODS if any(r["method"] == m for r in results)):
-        runs = sorted((r for r in results if r["method"] == method), key=lambda r: r["encoder_layers"])
-        points = [(r["encoder_layers"], r["test_bleu"]) for r in runs if r["status"] == CONVERGED]
-        line, = axes.plot(*zip(*points), marker="o", label=method) if points else axes.plot([], [], label=method)
-        diverged = [r["encoder_layers"] for r in runs if r["status"] == DIVERGED]
-        if diverged:  # a diverged run has no BLEU: an x on the bottom edge marks it
-            axes.plot(diverged, [0] * len(diverged), "x", color=line.get_color(), markersize=10, clip_on=False,
-                      transform=axes.get_xaxis_transform())
-    depths = sorted({r["encoder_layers"] for r in results})
-    axes.set(title="Test sacreBLEU vs depth (x on the bottom edge: diverged)", xlabel="layers per stack (N = M)",
-             ylabel="sacreBLEU", xscale="log")
-    axes.set_xticks(depths, [str(d) for d in depths])
-    axes.minorticks_off()
-    axes.legend()
-    written.append(workdir / "bleu_vs_depth.png")
-    figure.savefig(written[-1], dpi=100, bbox_inches="tight")
-    plt.close(figure)
+    grid = [r for r in results if not r["checkpoint_activations"]]
+    # the grid, and the checkpointed cells at depths beyond it (500L); the 100L twin only measures memory and time
+    plotted = grid + [r for r in results if r["checkpoint_activations"] and r["encoder_layers"] not in preset.depths]
+    by_method = {m: [(r["encoder_layers"], None if r["status"] == DIVERGED else r["test_bleu"]) for r in plotted
+                     if r["method"] == m] for m in METHODS}
+    written = [workdir / "bleu_vs_depth.png"]
+    plot_vs_depth(by_method, "Test sacreBLEU vs depth (N = M; x on the bottom edge: diverged)", "sacreBLEU", written[0])
 
-    for depth in sorted({r["encoder_layers"] for r in grid}):
+    for depth in sorted({r["encoder_layers"] for r in plotted}):
         figure, axes = plt.subplots(figsize=(6, 4))
-        for run in (r for r in grid if r["encoder_layers"] == depth and r["update_norm"]):
+        for run in (r for r in plotted if r["encoder_layers"] == depth and r["update_norm"]):
             steps, values = zip(*run["update_norm"])
             warmup = f"warmup {preset.warmup_updates}" if run["method"] in WARMUP_METHODS else "no warmup"
             axes.plot(steps, values, label=f"{run['method']} ({warmup})" + ("" if run["status"] == CONVERGED else ", diverged"))
