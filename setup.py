@@ -27,6 +27,9 @@ setup(
         "regex",
         "tensorboardX",  # fairseq's --tensorboard-logdir (and its import-time notice without it)
         "matplotlib",  # the benchmarks' plots
+        # deepnmt-export --format ctranslate2 and python -m deepnmt_plugin.translate; its CPU wheel brings no torch.
+        # Pinned: serving.py reuses the fairseq converter's helpers (_get_model_spec, set_transformer_*).
+        "ctranslate2==4.8.5",
     ],
     extras_require={"test": ["pytest"]},
     entry_points={"console_scripts": [

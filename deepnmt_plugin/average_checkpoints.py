@@ -10,8 +10,8 @@ floating-point tensor of ``model`` is averaged (fp16 accumulated in fp32) and th
 Two differences, both for checkpoints fairseq's script would mishandle: inputs are read through the
 plugin's weights-only loader (torch >= 2.6 refuses fairseq checkpoints otherwise), and non-float
 tensors (Admin's ``admin_initialized`` flag) must be equal in every input and are kept, where fairseq
-floor-divides their sum (which fails on a bool). The output is written atomically: a failure leaves
-no file.
+floor-divides their sum (which fails on a bool). The output is written atomically (a temporary file,
+fsynced, renamed): a failure leaves no file, and an output that is one of the inputs is refused.
 """
 
 import argparse
@@ -71,6 +71,17 @@ def last_n_checkpoints(directory: str, n: int, update_based: bool, upper_bound: 
     return [os.path.join(directory, name) for _, name in sorted(entries, reverse=True)[:n]]
 
 
+def check_output(output: str, inputs: List[str]) -> None:
+    """Refuse, before reading anything, an output that is one of the inputs or lies in a missing directory."""
+    for path in inputs:
+        if os.path.exists(output) and os.path.exists(path) and os.path.samefile(path, output):
+            raise AverageError(f"refusing to overwrite {path}, one of the checkpoints being averaged; "
+                               "choose another --output")
+    directory = os.path.dirname(output) or "."
+    if not os.path.isdir(directory):
+        raise AverageError(f"cannot write --output {output}: directory {directory} does not exist")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m deepnmt_plugin.average_checkpoints",
@@ -95,10 +106,8 @@ def main(argv=None) -> None:
             parser.error("--num-epoch/update-checkpoints takes one directory in --inputs")
         update_based = args.num_update_checkpoints is not None
         inputs = last_n_checkpoints(inputs[0], number, update_based, args.checkpoint_upper_bound)
-    averaged = average_checkpoints(inputs)
-    partial = f"{args.output}.tmp"
-    torch.save(averaged, partial)
-    os.replace(partial, args.output)
+    check_output(args.output, inputs)
+    compat.save_atomically(average_checkpoints(inputs), args.output)
     print(f"averaged {len(inputs)} checkpoints into {args.output}: {', '.join(inputs)}")
 
 

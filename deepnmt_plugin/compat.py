@@ -1,20 +1,36 @@
-"""Shims that make fairseq 0.12 (``fairseq-fixed``) work on torch >= 2.6 / Python 3.11.
+"""Shims that make fairseq 0.12 (``fairseq-fixed``) work on torch >= 2.6 / Python 3.11, and make its
+failures safe and clear: checkpoints written atomically and resumed from an intact one, resume that
+repeats the uninterrupted run's batches, and one line (no traceback) for unreadable checkpoints, data
+files and flags.
 
 Every shim names the upstream problem it works around. Importing the plugin installs them
 (``fairseq-train --user-dir deepnmt_plugin`` imports it before any checkpoint is read).
 """
 
 import argparse
+import contextlib
 import functools
 import glob
+import inspect
+import logging
 import os
 import pickle
 import re
+import shutil
+import struct
+from typing import Optional
 
 import torch
 from fairseq import checkpoint_utils, utils
+from fairseq.data import indexed_dataset
 from fairseq.distributed import utils as distributed_utils
+from fairseq.file_io import PathManager
+from fairseq.optim import fp16_optimizer
+from fairseq.tasks import FairseqTask
 from fairseq.tasks.translation import TranslationTask
+from fairseq.trainer import Trainer
+
+logger = logging.getLogger(__name__)
 
 # torch >= 2.6 defaults ``torch.load(weights_only=True)``, whose unpickler refuses every global
 # that is not allowlisted; fairseq 0.12 calls ``torch.load`` without ``weights_only`` and its
@@ -27,43 +43,59 @@ FAIRSEQ_CHECKPOINT_GLOBALS = (
 )
 
 
-class UnsafeCheckpointError(pickle.UnpicklingError):
+class CheckpointError(SystemExit):
+    """A checkpoint cannot be used: one line naming it and the cause, exit status 1 (no traceback)."""
+
+    def __init__(self, path, reason: str, message: Optional[str] = None):
+        self.path, self.reason = str(path), reason
+        super().__init__(message or f"deepnmt: error: cannot read checkpoint {path}: {reason}")
+
+
+class UnsafeCheckpointError(CheckpointError):
     """A checkpoint references a Python global outside the fairseq allowlist."""
 
+    def __init__(self, path, found_global: str):
+        allowed = ", ".join(f"{g.__module__}.{g.__qualname__}" for g in FAIRSEQ_CHECKPOINT_GLOBALS)
+        super().__init__(path, f"it references {found_global}", (
+            f"deepnmt: error: refusing to load checkpoint {path}: it references {found_global}, which is not one "
+            f"of the types fairseq checkpoints contain ({allowed}); "
+            "load it with torch.load(..., weights_only=False) only if you trust its source"
+        ))
 
-class CorruptCheckpointError(SystemExit):
-    """A checkpoint file cannot be read: one line naming it, exit status 1 (no traceback).
+
+class CorruptCheckpointError(CheckpointError):
+    """A checkpoint file cannot be read or holds no fairseq checkpoint.
 
     torch reports a truncated file as a multi-line ``RuntimeError`` about miniz, an empty one as a bare
     ``EOFError`` and a damaged legacy pickle as a ``KeyError``; a file that reads but holds no fairseq
-    checkpoint fails inside fairseq's upgrade code with a ``KeyError``. All name neither file nor cause.
+    checkpoint fails inside fairseq's upgrade code with a ``KeyError`` or ``TypeError``. All name neither
+    file nor cause.
     """
 
-    def __init__(self, path, error: BaseException):
-        # torch's weights-only unpickler puts the actual cause after a paragraph about weights_only
-        detail = re.search(r"WeightsUnpickler error:\s*(.+)", str(error))
-        reason = detail.group(1) if detail else str(error).strip().split("\n")[0].split(". ")[0]
-        super().__init__(
-            f"deepnmt: error: cannot read checkpoint {path}: the file is truncated, corrupt or not a "
-            f"fairseq checkpoint ({type(error).__name__}{': ' + reason if reason else ''})"
-        )
+
+# What torch.load (its unpickler fails in many ways on random bytes) and fairseq's upgrade of the loaded
+# dict raise for an unreadable file.
+UNREADABLE_CHECKPOINT_ERRORS = (RuntimeError, EOFError, KeyError, IndexError, ValueError, pickle.UnpicklingError)
 
 
-# What torch.load and fairseq's upgrade of the loaded dict raise for an unreadable file.
-UNREADABLE_CHECKPOINT_ERRORS = (RuntimeError, EOFError, KeyError, pickle.UnpicklingError)
-
-
-def _checkpoint_error(path, error: BaseException) -> BaseException:
+def _checkpoint_error(path, error: BaseException) -> CheckpointError:
     """The one-line error for a checkpoint that failed to load: unsafe global, or unreadable file."""
     found = re.search(r"GLOBAL (\S+)", str(error))
     if isinstance(error, pickle.UnpicklingError) and found:
-        allowed = ", ".join(f"{g.__module__}.{g.__qualname__}" for g in FAIRSEQ_CHECKPOINT_GLOBALS)
-        return UnsafeCheckpointError(
-            f"refusing to load checkpoint {path}: it references {found.group(1)}, which is not one "
-            f"of the types fairseq checkpoints contain ({allowed}); "
-            "load it with torch.load(..., weights_only=False) only if you trust its source"
-        )
-    return CorruptCheckpointError(path, error)
+        return UnsafeCheckpointError(path, found.group(1))
+    # torch's weights-only unpickler puts the actual cause after a paragraph about weights_only
+    detail = re.search(r"WeightsUnpickler error:\s*(.+)", str(error))
+    cause = detail.group(1) if detail else str(error).strip().split("\n")[0].split(". ")[0]
+    return CorruptCheckpointError(path, "the file is truncated, corrupt or not a fairseq checkpoint "
+                                        f"({type(error).__name__}{': ' + cause if cause else ''})")
+
+
+def _check_contents(path, state) -> None:
+    """A loaded checkpoint is a dict with model parameters (fairseq fails on anything else later, in a traceback)."""
+    if not isinstance(state, dict):
+        raise CorruptCheckpointError(path, f"it holds a {type(state).__name__}, not a fairseq checkpoint dict")
+    if not state.get("model"):
+        raise CorruptCheckpointError(path, "its 'model' holds no parameters")
 
 
 def _refuse_unreadable(load_checkpoint_to_cpu):
@@ -72,9 +104,14 @@ def _refuse_unreadable(load_checkpoint_to_cpu):
     @functools.wraps(load_checkpoint_to_cpu)
     def load(path, *args, **kwargs):
         try:
-            return load_checkpoint_to_cpu(path, *args, **kwargs)
+            state = load_checkpoint_to_cpu(path, *args, **kwargs)
         except UNREADABLE_CHECKPOINT_ERRORS as error:
             raise _checkpoint_error(path, error) from None
+        except (TypeError, AttributeError) as error:  # fairseq indexes whatever torch.load returned as a dict
+            raise CorruptCheckpointError(path, f"it holds no fairseq checkpoint dict ({type(error).__name__}: "
+                                               f"{error})") from None
+        _check_contents(path, state)
+        return state
 
     load.deepnmt_wrapped = True
     return load
@@ -88,11 +125,121 @@ def read_checkpoint(path) -> dict:
     try:
         with open(path, "rb") as handle:
             state = torch.load(handle, map_location="cpu")
+    except FileNotFoundError:
+        raise CheckpointError(path, "no such file") from None
+    except IsADirectoryError:
+        raise CheckpointError(path, "it is a directory, not a checkpoint file") from None
     except UNREADABLE_CHECKPOINT_ERRORS as error:
         raise _checkpoint_error(path, error) from None
-    if not isinstance(state, dict) or "model" not in state:
-        raise CorruptCheckpointError(path, KeyError("model"))
+    _check_contents(path, state)
     return state
+
+
+@contextlib.contextmanager
+def atomic_write(path):
+    """Yield a temporary path beside ``path``; once the body has written it, fsync it and rename it over
+    ``path``. A crash (kill -9, power loss) leaves the old file or the new one, never a torn one; an
+    exception leaves no temporary file."""
+    partial = f"{path}.tmp"
+    try:
+        yield partial
+        with open(partial, "rb") as written:
+            os.fsync(written.fileno())
+        os.replace(partial, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(partial)
+        raise
+    directory = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        os.fsync(directory)  # the rename itself survives a power loss
+    except OSError:  # some network and FUSE file systems cannot sync a directory; the rename is atomic still
+        pass
+    finally:
+        os.close(directory)
+
+
+def save_atomically(obj, path) -> None:
+    with atomic_write(path) as partial:
+        torch.save(obj, partial)
+
+
+def _atomic_persistent_save(torch_persistent_save):
+    """fairseq writes a checkpoint to ``NAME.tmp`` and renames it, but never fsyncs: after a power loss
+    the renamed file can be empty. Remote (ioPath) and asynchronous writes keep fairseq's way."""
+
+    @functools.wraps(torch_persistent_save)
+    def save(obj, filename, async_write: bool = False):
+        if async_write or PathManager.path_requires_pathmanager(filename):
+            return torch_persistent_save(obj, filename, async_write)
+        save_atomically(obj, filename)
+
+    save.deepnmt_wrapped = True
+    return save
+
+
+def _atomic_copy(copy):
+    """fairseq copies the checkpoint it wrote to its other names (``checkpoint_last.pt``, ``checkpoint_best.pt``)
+    with a plain ``shutil.copyfile``, which truncates the target first: a kill during the copy leaves a torn
+    ``checkpoint_last.pt``. Copy to a temporary file and rename it instead (remote ioPath files: fairseq's way)."""
+
+    @functools.wraps(copy)
+    def atomic(src_path: str, dst_path: str, overwrite: bool = False) -> bool:
+        if PathManager.path_requires_pathmanager(src_path) or PathManager.path_requires_pathmanager(dst_path):
+            return copy(src_path, dst_path, overwrite)
+        if not overwrite and os.path.exists(dst_path):
+            return False
+        with atomic_write(dst_path) as partial:
+            shutil.copyfile(src_path, partial)
+        return True
+
+    atomic.deepnmt_wrapped = True
+    return atomic
+
+
+# The names fairseq's save_checkpoint gives (crash.pt, the state after a failed update, is not one).
+SAVED_CHECKPOINT = r"checkpoint(\d+|_\d+_\d+|_best|\.best_.+){suffix}\.pt"
+
+
+def newest_intact_checkpoint(save_dir: str, suffix: str = "") -> Optional[str]:
+    """The most recently written checkpoint in ``save_dir`` (other than checkpoint_last) that loads, or None."""
+    pattern = re.compile(SAVED_CHECKPOINT.format(suffix=re.escape(suffix)))
+    candidates = [os.path.join(save_dir, name) for name in os.listdir(save_dir) if pattern.fullmatch(name)]
+    for path in sorted(candidates, key=os.path.getmtime, reverse=True):
+        try:
+            checkpoint_utils.load_checkpoint_to_cpu(path)
+        except CorruptCheckpointError:
+            continue
+        return path
+    return None
+
+
+def _resume_from_an_intact_checkpoint(load_checkpoint):
+    """fairseq resumes from ``checkpoint_last.pt`` only; when that file is unreadable (torn by a crash
+    during a non-atomic save), resume from the newest checkpoint in --save-dir that loads, and say so."""
+
+    @functools.wraps(load_checkpoint)
+    def load(cfg, trainer, **passthrough_args):
+        try:
+            return load_checkpoint(cfg, trainer, **passthrough_args)
+        except CorruptCheckpointError as error:
+            last = os.path.join(cfg.save_dir, f"checkpoint_last{trainer.checkpoint_suffix}.pt")
+            is_last = os.path.abspath(error.path) == os.path.abspath(last)
+            fallback = is_last and cfg.restore_file == "checkpoint_last.pt" and newest_intact_checkpoint(
+                cfg.save_dir, trainer.checkpoint_suffix)
+            if not fallback:
+                raise
+            reason = error.reason
+        logger.warning(f"deepnmt: {last} is unreadable ({reason}); resuming from {fallback}, "
+                       f"the newest intact checkpoint in {cfg.save_dir}")
+        cfg.restore_file = fallback
+        try:
+            return load_checkpoint(cfg, trainer, **passthrough_args)
+        finally:
+            cfg.restore_file = "checkpoint_last.pt"
+
+    load.deepnmt_wrapped = True
+    return load
 
 
 class DataDirectoryError(SystemExit):
@@ -121,6 +268,139 @@ def _check_data_directories(setup_task):
     return setup
 
 
+# fairseq's MMapIndexedDataset index: magic, version, dtype code, number of entries; then int32 sizes, int64 pointers.
+MMAP_INDEX_HEADER = struct.Struct("<9sQBQ")
+MMAP_INDEX_MAGIC = indexed_dataset.MMapIndexedDataset.Index._HDR_MAGIC
+
+
+def check_binarized(prefix: str) -> None:
+    """Refuse a truncated fairseq-preprocess (mmap) ``PREFIX.idx`` / ``PREFIX.bin`` pair, from their sizes alone."""
+    index, data = indexed_dataset.index_file_path(prefix), indexed_dataset.data_file_path(prefix)
+    if not (os.path.isfile(index) and os.path.isfile(data)):
+        return
+    rebuild = "rebuild the data directory with fairseq-preprocess (data-prep)"
+    with open(index, "rb") as handle:
+        header = handle.read(MMAP_INDEX_HEADER.size)
+        if len(header) < MMAP_INDEX_HEADER.size:
+            if MMAP_INDEX_MAGIC.startswith(header[:len(MMAP_INDEX_MAGIC)]):
+                raise DataDirectoryError(
+                    f"{index} is truncated ({len(header)} bytes, shorter than its header); {rebuild}")
+            return
+        magic, _, dtype_code, count = MMAP_INDEX_HEADER.unpack(header)
+        if magic != MMAP_INDEX_MAGIC:
+            return  # another --dataset-impl: fairseq checks it
+        index_size, expected_index_size = os.path.getsize(index), MMAP_INDEX_HEADER.size + 12 * count
+        if index_size < expected_index_size:
+            raise DataDirectoryError(f"{index} is truncated ({index_size} bytes, its {count} entries need "
+                                     f"{expected_index_size}); {rebuild}")
+        if count == 0:
+            return
+        handle.seek(MMAP_INDEX_HEADER.size + 4 * (count - 1))
+        (last_size,) = struct.unpack("<i", handle.read(4))
+        handle.seek(MMAP_INDEX_HEADER.size + 4 * count + 8 * (count - 1))
+        (last_pointer,) = struct.unpack("<q", handle.read(8))
+    data_size = os.path.getsize(data)
+    expected_data_size = last_pointer + last_size * indexed_dataset._code_to_dtype[dtype_code]().itemsize
+    if data_size < expected_data_size:
+        raise DataDirectoryError(
+            f"{data} is truncated ({data_size} bytes, {index} needs {expected_data_size}); {rebuild}")
+
+
+def _check_binarized_files(make_dataset):
+    """A truncated .idx fails in a numpy buffer error, a truncated .bin only once a batch reaches its missing
+    tail (or silently reads garbage), both in a traceback naming neither file; check the pair first."""
+
+    @functools.wraps(make_dataset)
+    def make(path, *args, **kwargs):
+        check_binarized(path)
+        return make_dataset(path, *args, **kwargs)
+
+    make.deepnmt_wrapped = True
+    return make
+
+
+def _batches_of_the_first_epoch(get_batch_iterator):
+    """fairseq groups sentences into batches when a task first builds a dataset's iterator, with numpy seed
+    ``--seed + epoch``, and reuses those batches in every later epoch (shuffling their order per epoch). A run
+    resumed in epoch E > 1 builds them at E, so its batches hold other sentences than the uninterrupted run's
+    from then on, and a mid-epoch resume skips batches it never trained on. Build them as in epoch 1."""
+    signature = inspect.signature(get_batch_iterator)
+
+    @functools.wraps(get_batch_iterator)
+    def get(self, *args, **kwargs):
+        call = signature.bind(self, *args, **kwargs)
+        call.apply_defaults()
+        options = call.arguments
+        dataset, epoch = options["dataset"], options["epoch"]
+        reused_across_epochs = (
+            not options["disable_iterator_cache"] and not options["update_epoch_batch_itr"]
+            and self.can_reuse_epoch_itr(dataset) and dataset not in self.dataset_to_epoch_iter
+        )
+        if epoch == 1 or not reused_across_epochs:
+            return get_batch_iterator(*call.args, **call.kwargs)
+        options["epoch"] = 1
+        iterator = get_batch_iterator(*call.args, **call.kwargs)
+        iterator.epoch = epoch  # epoch 1's batches, in the order (seed + epoch) of the epoch resumed
+        dataset.set_epoch(epoch)
+        return iterator
+
+    get.deepnmt_wrapped = True
+    return get
+
+
+# What fairseq's DynamicLossScaler counts besides the loss scale: when it last overflowed and rescaled.
+LOSS_SCALER_COUNTERS = ("_iter", "_last_overflow_iter", "_last_rescale_iter", "_overflows_since_rescale")
+
+
+def _saving_loss_scaler_counters(state_dict):
+    """fairseq saves an fp16 optimizer's loss scale but not its loss scaler's counters, so a resumed run
+    raises the scale (every --fp16-scale-window updates after an overflow) at other updates than the
+    uninterrupted run, and its gradients and overflows differ from then on. Save them too."""
+
+    @functools.wraps(state_dict)
+    def saved(self):
+        state = state_dict(self)
+        if self.scaler is not None:
+            state["loss_scaler"] = {name: getattr(self.scaler, name) for name in LOSS_SCALER_COUNTERS}
+        return state
+
+    saved.deepnmt_wrapped = True
+    return saved
+
+
+def _restoring_loss_scaler_counters(load_state_dict):
+    @functools.wraps(load_state_dict)
+    def loaded(self, state, optimizer_overrides=None):
+        load_state_dict(self, state, optimizer_overrides)
+        if self.scaler is not None:
+            for name, value in state.get("loss_scaler", {}).items():  # none in checkpoints of older runs
+                setattr(self.scaler, name, value)
+
+    loaded.deepnmt_wrapped = True
+    return loaded
+
+
+# fairseq sets --fp16 / --bf16 along with their memory-efficient variants; name the flag given.
+HALF_PRECISION_FLAGS = ("memory_efficient_fp16", "memory_efficient_bf16", "fp16", "bf16")
+
+
+def _refuse_half_precision_on_cpu(init):
+    """fairseq's Trainer moves an --fp16 model to CUDA and a --bf16 one to a TPU: with --cpu it fails in
+    a traceback (``Torch not compiled with CUDA enabled``, ``xla_device``)."""
+
+    @functools.wraps(init)
+    def checked(self, cfg, *args, **kwargs):
+        common = cfg.common if hasattr(cfg, "common") else cfg  # an argparse.Namespace is flat
+        flag = next((name for name in HALF_PRECISION_FLAGS if getattr(common, name, False)), None)
+        if common.cpu and flag:
+            flag = "--" + flag.replace("_", "-")
+            raise SystemExit(f"deepnmt: error: {flag} trains on a GPU; with --cpu, train in fp32 (drop {flag})")
+        init(self, cfg, *args, **kwargs)
+
+    checked.deepnmt_wrapped = True
+    return checked
+
+
 def bf16_on_cuda(cfg) -> None:
     """fairseq 0.12 reads ``--bf16`` as "bfloat16 on a TPU" (``options.py`` sets ``--tpu`` with it), so on a
     GPU it crashes in ``torch_xla``. Where CUDA is there and ``torch_xla`` is not, train in bf16 on CUDA:
@@ -137,23 +417,57 @@ def _has_torch_xla() -> bool:
     return importlib.util.find_spec("torch_xla") is not None
 
 
-def _bf16_on_cuda_first(call_main):
+def check_admin_profile_file(task_cfg) -> None:
+    profile = getattr(task_cfg, "admin_profile_file", None)
+    if profile and not os.path.isfile(profile):
+        raise SystemExit(f"deepnmt: error: --admin-profile-file {profile}: no such file")
+
+
+def _admin_profile_errors_in_one_line(main, cfg, **kwargs):
+    """Admin's profile reader raises a ValueError naming ``PATH:LINE`` once the model is built; say it in one line."""
+    from deepnmt_plugin.models.admin import ProfileFileError
+
+    try:
+        return main(cfg, **kwargs)
+    except ProfileFileError as error:
+        raise SystemExit(f"deepnmt: error: --admin-profile-file {error}") from None
+
+
+def _checked_start(call_main):
+    """fairseq-train's way into training: bf16 kept on CUDA and the Admin profile file checked before anything
+    runs, and its parse errors said in one line (in every process)."""
+
     @functools.wraps(call_main)
     def call(cfg, main, **kwargs):
         bf16_on_cuda(cfg)
-        return call_main(cfg, main, **kwargs)
+        check_admin_profile_file(cfg.task)
+        return call_main(cfg, functools.partial(_admin_profile_errors_in_one_line, main), **kwargs)
 
     call.deepnmt_wrapped = True
     return call
 
 
+def _wrap(owner, name: str, shim, static: bool = False) -> None:
+    """Replace ``owner.name`` by ``shim(owner.name)`` once (importing the plugin twice wraps nothing twice)."""
+    current = getattr(owner, name)
+    if not getattr(current, "deepnmt_wrapped", False):
+        setattr(owner, name, staticmethod(shim(current)) if static else shim(current))
+
+
 def install():
     if hasattr(torch.serialization, "add_safe_globals"):  # torch >= 2.4; older torch loads unrestricted
         torch.serialization.add_safe_globals(list(FAIRSEQ_CHECKPOINT_GLOBALS))
-    if not getattr(checkpoint_utils.load_checkpoint_to_cpu, "deepnmt_wrapped", False):
-        checkpoint_utils.load_checkpoint_to_cpu = _refuse_unreadable(checkpoint_utils.load_checkpoint_to_cpu)
+    _wrap(checkpoint_utils, "load_checkpoint_to_cpu", _refuse_unreadable)
+    _wrap(checkpoint_utils, "torch_persistent_save", _atomic_persistent_save)
+    _wrap(checkpoint_utils, "load_checkpoint", _resume_from_an_intact_checkpoint)
+    _wrap(PathManager, "copy", _atomic_copy, static=True)
+    _wrap(indexed_dataset, "make_dataset", _check_binarized_files)
+    _wrap(FairseqTask, "get_batch_iterator", _batches_of_the_first_epoch)
+    for mixin in (fp16_optimizer._FP16OptimizerMixin, fp16_optimizer._MemoryEfficientFP16OptimizerMixin):
+        _wrap(mixin, "state_dict", _saving_loss_scaler_counters)
+        _wrap(mixin, "load_state_dict", _restoring_loss_scaler_counters)
+    _wrap(Trainer, "__init__", _refuse_half_precision_on_cpu)
+    _wrap(distributed_utils, "call_main", _checked_start)
     if not getattr(TranslationTask.setup_task, "deepnmt_wrapped", False):
         unwrapped = TranslationTask.__dict__["setup_task"].__func__  # called with cls, so subclasses stay themselves
         TranslationTask.setup_task = classmethod(_check_data_directories(unwrapped))
-    if not getattr(distributed_utils.call_main, "deepnmt_wrapped", False):  # fairseq-train's way into training
-        distributed_utils.call_main = _bf16_on_cuda_first(distributed_utils.call_main)

@@ -36,6 +36,8 @@ import torch.nn as nn
 from fairseq.logging import metrics
 from torch import Tensor
 
+from deepnmt_plugin import compat
+
 logger = logging.getLogger(__name__)
 
 GROUPS = ("update", "gnorm", "ln_input", "beta", "omega")
@@ -241,8 +243,9 @@ class Diagnostics:
                                f"update_norm is measured from update {update_num}")
             if self.reference_path and is_main_rank():
                 os.makedirs(os.path.dirname(self.reference_path), exist_ok=True)
-                torch.save({"update": update_num, "net_input": {k: v.cpu() for k, v in self.net_input.items()},
-                            "features": self.reference.cpu()}, self.reference_path)
+                batch = {k: v.cpu() for k, v in self.net_input.items()}
+                compat.save_atomically({"update": update_num, "net_input": batch, "features": self.reference.cpu()},
+                                       self.reference_path)
         tokens = int(self.net_input["prev_output_tokens"].ne(model.encoder.padding_idx).sum())
         logger.info(
             f"diagnostics: every {self.interval} updates ({','.join(self.groups)}) on "

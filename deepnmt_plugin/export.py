@@ -206,25 +206,46 @@ def export(state: dict, path: str = "checkpoint") -> dict:
 
 def export_checkpoint(source: str, target: str) -> None:
     """Read ``source``, write its stock export to ``target`` (atomically: a failure leaves no file)."""
-    if os.path.exists(target) and os.path.samefile(source, target):
+    if os.path.exists(source) and os.path.exists(target) and os.path.samefile(source, target):
         raise ExportError(f"refusing to overwrite the checkpoint being exported ({source})")
-    exported = export(compat.read_checkpoint(source), source)
-    partial = f"{target}.tmp"
-    torch.save(exported, partial)
-    os.replace(partial, target)
+    directory = os.path.dirname(target) or "."
+    if not os.path.isdir(directory):
+        raise ExportError(f"cannot write {target}: directory {directory} does not exist")
+    compat.save_atomically(export(compat.read_checkpoint(source), source), target)
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
         prog="deepnmt-export",
         description="Export a transformer_{deepnorm,preln,admin} checkpoint as a stock fairseq transformer "
-                    "checkpoint that loads and generates without --user-dir.",
+                    "checkpoint that loads and generates without --user-dir, or as a CTranslate2 model directory.",
     )
-    parser.add_argument("input", help="a checkpoint written by fairseq-train --user-dir deepnmt_plugin")
-    parser.add_argument("output", help="where to write the stock fairseq checkpoint")
+    parser.add_argument("input", help="a checkpoint written by fairseq-train --user-dir deepnmt_plugin "
+                                      "(--format ctranslate2: or a stock transformer checkpoint, e.g. an export)")
+    parser.add_argument("output", help="where to write the stock checkpoint, or the CTranslate2 model directory")
+    parser.add_argument("--format", choices=("fairseq", "ctranslate2"), default="fairseq",
+                        help="fairseq (default): a stock checkpoint; ctranslate2: model.bin, vocabularies, "
+                             "config.json, the data-prep's subword model and text_processing.json, "
+                             "for python -m deepnmt_plugin.translate")
+    parser.add_argument("--quantization", choices=("int8", "int8_float32", "float16"),
+                        help="ctranslate2 only: weight type (default: float32)")
+    parser.add_argument("--data", help="ctranslate2 only: the fairseq-preprocess folder with the dictionaries "
+                                       "(default: the checkpoint's data path)")
     args = parser.parse_args(argv)
-    export_checkpoint(args.input, args.output)
-    print(f"exported {args.input} -> {args.output}: a stock fairseq transformer, no --user-dir needed", file=sys.stderr)
+    if args.format == "fairseq":
+        if args.quantization or args.data:
+            parser.error("--quantization and --data go with --format ctranslate2")
+        export_checkpoint(args.input, args.output)
+        print(f"exported {args.input} -> {args.output}: a stock fairseq transformer, no --user-dir needed",
+              file=sys.stderr)
+        return
+    from deepnmt_plugin.serving import export_ctranslate2  # imports this module, and ctranslate2 only when asked
+
+    steps = export_ctranslate2(args.input, args.output, args.quantization, args.data)
+    raw_text = (f"raw text, pre-processed as the {steps.recipe} recipe did" if steps.recipe
+                else "text pre-processed as for training (no data-prep recipe found beside the data)")
+    print(f"exported {args.input} -> {args.output}: a CTranslate2 model ({args.quantization or 'float32'}); "
+          f"python -m deepnmt_plugin.translate --model {args.output} takes {raw_text}", file=sys.stderr)
 
 
 if __name__ == "__main__":

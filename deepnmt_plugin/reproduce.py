@@ -96,8 +96,11 @@ def data_bin(data: str, must_exist: bool = True, folder: str = "data-bin") -> st
     path = Path(data)
     if (path / folder).is_dir():
         path = path / folder
+    if must_exist and not path.is_dir():
+        raise SystemExit(f"deepnmt: error: --data {data} does not exist")
     if must_exist and not any(path.glob("dict.*.txt")):
-        raise SystemExit(f"deepnmt: error: {data} holds no fairseq-preprocess output (dict.*.txt); run data-prep first")
+        raise SystemExit(f"deepnmt: error: --data {data} holds no fairseq-preprocess output (dict.*.txt); "
+                         "run data-prep first")
     return str(path)
 
 
@@ -176,12 +179,14 @@ class Reproduction:
         return ["fairseq-generate", self.args.data_bin, "--user-dir", USER_DIR, "--path", str(checkpoint),
                 "--source-lang", self.config["source_lang"], "--target-lang", self.config["target_lang"],
                 "--gen-subset", "test", "--remove-bpe", "--max-tokens", "4096",
+                # fairseq drops a last batch that is not a multiple of this (8 by default): untranslated sentences
+                "--required-batch-size-multiple", "1",
                 *map(str, self.config["generate"]), *([] if self.on_cuda else ["--cpu"])]
 
     def score_command(self, generated: Path, scores: Path) -> List[str]:
         command = [sys.executable, "-m", "deepnmt_plugin.scoring", str(generated),
                    "--source-lang", self.config["source_lang"], "--target-lang", self.config["target_lang"],
-                   "--json", str(scores)]
+                   "--json", str(scores), "--data-bin", self.args.data_bin, "--gen-subset", "test"]
         if self.config.get("sacrebleu_test_set") and not self.args.smoke:
             command += ["--sacrebleu-test-set", self.config["sacrebleu_test_set"]]
         return command
@@ -319,15 +324,46 @@ def collect(workdir: Path, config: dict) -> Dict[str, str]:
     return {"csv": str(csv_path), "markdown": str(markdown_path)}
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A bad flag is refused in one line naming it (argparse prints its whole usage first)."""
+
+    def error(self, message):
+        raise SystemExit(f"deepnmt: error: {message}")
+
+
+def depth_argument(text: str) -> str:
+    """``18``, or encoder-decoder ``60-12``: layer counts of at least 1."""
+    try:
+        layers = parse_depth(text)
+    except ValueError:
+        layers = (0,)
+    if min(layers) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a depth: give a layer count (18) or encoder-decoder (60-12)")
+    return text
+
+
+def count_argument(text: str) -> int:
+    """An integer of at least 0 (GPUs, seeds)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 0 or more")
+    return value
+
+
 def parse_arguments(argv=None):
-    parser = argparse.ArgumentParser("python -m deepnmt_plugin.reproduce", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser("python -m deepnmt_plugin.reproduce", description=__doc__.split("\n\n")[0])
     parser.add_argument("config", help="a table's config, e.g. configs/admin_wmt14_en_de.yaml")
     parser.add_argument("--data", required=True, help="a data-prep output (holding data-bin/) or a data-bin folder")
-    parser.add_argument("--gpus", type=int, default=1, help="GPUs on this node (fairseq's --distributed-world-size)")
+    parser.add_argument("--gpus", type=count_argument, default=1,
+                        help="GPUs on this node (fairseq's --distributed-world-size)")
     parser.add_argument("--precision", choices=["fp16", "bf16", "fp32"], help="default: fp16 on CUDA, fp32 on CPU")
     parser.add_argument("--methods", nargs="+", help="subset of the table's methods")
-    parser.add_argument("--depths", nargs="+", help="subset of depths: 6 18 or encoder-decoder 60-12")
-    parser.add_argument("--seeds", nargs="+", type=int, help="seeds (default: the config's, else 1)")
+    parser.add_argument("--depths", nargs="+", type=depth_argument,
+                        help="subset of depths: 6 18 or encoder-decoder 60-12")
+    parser.add_argument("--seeds", nargs="+", type=count_argument, help="seeds (default: the config's, else 1)")
     parser.add_argument("--workdir", default="runs", help="where runs, logs and results go")
     parser.add_argument("--dry-run", action="store_true", help="print every command, run nothing")
     parser.add_argument("--smoke", action="store_true",
@@ -339,8 +375,10 @@ def parse_arguments(argv=None):
 def main(argv=None) -> int:
     args = parse_arguments(argv)
     config = load_config(args.config)
+    # absolute, so each fairseq command and message names the folder meant, taken from where this was called
+    args.data = os.path.abspath(args.data)
     args.data_bin = data_bin(args.data, must_exist=not args.dry_run, folder=config.get("data_bin", "data-bin"))
-    args.workdir = os.path.join(args.workdir, Path(args.config).stem)
+    args.workdir = os.path.join(os.path.abspath(args.workdir), Path(args.config).stem)
     Reproduction(config, args).run_all()
     return 0
 

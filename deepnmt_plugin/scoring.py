@@ -7,18 +7,24 @@
 * sacreBLEU: on detokenized hypotheses (sacremoses, target language) against detokenized references,
   or against a sacreBLEU test set (``--sacrebleu-test-set wmt14/full``), with its signature.
 
-``python -m deepnmt_plugin.scoring GENERATE_OUTPUT --target-lang de [--sacrebleu-test-set ...]``
-prints the scores and writes them as JSON with ``--json``.
+``python -m deepnmt_plugin.scoring GENERATE_OUTPUT --target-lang de [--data-bin DIR] [--sacrebleu-test-set ...]``
+prints the scores and writes them as JSON with ``--json``. Output that misses a sentence is refused, not
+scored: every sentence id from 0 on must have its hypothesis and reference, and with ``--data-bin`` every
+sentence of the test set (fairseq-generate leaves sentences out silently, e.g. a last batch that is not a
+multiple of ``--required-batch-size-multiple``).
 """
 
 import argparse
 import json
+import os
 import re
 import sys
 from typing import Dict, List, Optional, Tuple
 
 import sacrebleu
 from sacremoses import MosesDetokenizer
+
+from deepnmt_plugin.compat import atomic_write
 
 COMPOUND_HYPHEN = re.compile(r"(\S)-(\S)")
 
@@ -28,8 +34,16 @@ def compound_split(line: str) -> str:
     return COMPOUND_HYPHEN.sub(r"\1 ##AT##-##AT## \2", line)
 
 
-def read_generate_output(path: str) -> Tuple[List[str], List[str]]:
-    """(hypotheses, references) in sentence-id order from fairseq-generate's ``H-``/``T-`` lines."""
+class ScoringError(SystemExit):
+    """The output cannot be scored as it is: one line naming the file, exit status 1."""
+
+    def __init__(self, message: str):
+        super().__init__(f"deepnmt: error: {message}")
+
+
+def read_generate_output(path: str, sentences: Optional[int] = None) -> Tuple[List[str], List[str]]:
+    """(hypotheses, references) in sentence-id order from fairseq-generate's ``H-``/``T-`` lines; refused
+    unless they cover ids 0 .. ``sentences`` - 1 (or, not given, every id up to the highest)."""
     hypotheses: Dict[int, str] = {}
     references: Dict[int, str] = {}
     with open(path, encoding="utf-8") as lines:
@@ -42,10 +56,36 @@ def read_generate_output(path: str) -> Tuple[List[str], List[str]]:
                 hypotheses[int(fields[0])] = fields[2] if len(fields) > 2 else ""
             else:
                 references[int(fields[0])] = fields[1] if len(fields) > 1 else ""
-    if not hypotheses or hypotheses.keys() != references.keys():
-        raise ValueError(f"{path}: no complete fairseq-generate output (H-/T- lines) found")
-    order = sorted(hypotheses)
-    return [hypotheses[i] for i in order], [references[i] for i in order]
+    if not hypotheses:
+        raise ScoringError(f"{path} holds no fairseq-generate output (H-/T- lines)")
+    unmatched = sorted(hypotheses.keys() ^ references.keys())
+    if unmatched:
+        raise ScoringError(f"{path} is incomplete: sentences {id_list(unmatched)} lack a hypothesis or a reference")
+    expected = sentences if sentences is not None else max(hypotheses) + 1
+    extra = sorted(hypotheses.keys() - set(range(expected)))
+    if extra:
+        raise ScoringError(f"{path} holds sentences {id_list(extra)}, beyond the {expected} of the test set")
+    missing = sorted(set(range(expected)) - hypotheses.keys())
+    if missing:
+        raise ScoringError(f"{path} holds {len(hypotheses)} of the {expected} test sentences (missing "
+                           f"{id_list(missing)}): refusing a partial BLEU (fairseq-generate leaves out a last "
+                           "batch whose size is not a multiple of --required-batch-size-multiple: pass 1)")
+    return [hypotheses[i] for i in range(expected)], [references[i] for i in range(expected)]
+
+
+def id_list(ids: List[int], shown: int = 5) -> str:
+    return ", ".join(map(str, ids[:shown])) + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
+
+
+def subset_size(data_bin: str, subset: str, source_lang: str, target_lang: str) -> int:
+    """How many sentences fairseq-generate reads from ``data_bin``'s ``subset`` (its binarized target side)."""
+    from fairseq.data import indexed_dataset
+
+    for pair in (f"{source_lang}-{target_lang}", f"{target_lang}-{source_lang}"):
+        prefix = os.path.join(data_bin, f"{subset}.{pair}.{target_lang}")
+        if indexed_dataset.dataset_exists(prefix, impl="mmap"):  # PREFIX.idx and .bin, as fairseq-preprocess writes
+            return len(indexed_dataset.make_dataset(prefix, impl=indexed_dataset.infer_dataset_impl(prefix)))
+    raise ScoringError(f"--data-bin {data_bin} holds no {subset} set for {source_lang}-{target_lang}")
 
 
 def tokenized_bleu(hypotheses: List[str], references: List[str]) -> float:
@@ -89,19 +129,25 @@ def main(argv=None) -> int:
     parser.add_argument("generate_output", help="file holding fairseq-generate's output (run with --remove-bpe)")
     parser.add_argument("--source-lang", default="en")
     parser.add_argument("--target-lang", required=True)
+    parser.add_argument("--data-bin", help="the data fairseq-generate read: refuse unless it translated every "
+                                           "sentence of --gen-subset")
+    parser.add_argument("--gen-subset", default="test", help="with --data-bin: the subset generated (default: test)")
     parser.add_argument("--sacrebleu-test-set", help="score detokenized output against this sacreBLEU test set")
     parser.add_argument("--json", help="also write the scores here")
     args = parser.parse_args(argv)
-    hypotheses, references = read_generate_output(args.generate_output)
+    sentences = None
+    if args.data_bin:
+        sentences = subset_size(args.data_bin, args.gen_subset, args.source_lang, args.target_lang)
+    hypotheses, references = read_generate_output(args.generate_output, sentences)
     raw = None
     if args.sacrebleu_test_set:
         raw = sacrebleu_test_set_references(args.sacrebleu_test_set, args.source_lang, args.target_lang)
         if len(raw) != len(hypotheses):
-            raise SystemExit(f"deepnmt: error: {args.sacrebleu_test_set} has {len(raw)} references, "
-                             f"{args.generate_output} has {len(hypotheses)} hypotheses")
+            raise ScoringError(f"{args.sacrebleu_test_set} has {len(raw)} references, "
+                               f"{args.generate_output} has {len(hypotheses)} hypotheses")
     scores = score(hypotheses, references, args.target_lang, raw)
-    if args.json:
-        with open(args.json, "w") as handle:
+    if args.json:  # its existence marks the step done (reproduce.py): never half-written
+        with atomic_write(args.json) as partial, open(partial, "w") as handle:
             json.dump(scores, handle, indent=1)
     for key, value in scores.items():
         print(f"{key}\t{value}")

@@ -199,6 +199,8 @@ def test_study_micro_trains_generates_scores_and_resumes(toy_data, tmp_path, cap
             assert float(row["test_bleu"]) == result["scores"]["sacrebleu"] >= 0
             assert result["scores"]["sentences"] == 100  # every test sentence
         assert 0.1 < float(row["peak_rss_gib"]) < 8 and float(row["valid_loss"]) > 0
+    command = (workdir / "preln_1L-1L" / "train_command.txt").read_text()
+    assert " -m fairseq_cli.train " in command and " --arch transformer_preln --encoder-layers 1 " in command
     ckpt = study_cell(workdir, "deepnorm_2L-2L_ckpt")
     assert ckpt["checkpoint_activations"] and "checkpoint_activations=True" in (workdir / ckpt["name"] / "train.log").read_text()
     assert sum(study_cell(workdir, name)["status"] == "converged" for name in ("preln_1L-1L", "preln_2L-2L")) >= 1

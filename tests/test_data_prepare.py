@@ -1,7 +1,9 @@
 """The data-prep scripts end to end, offline, on tiny archives in the originals' exact layout."""
 
 import functools
+import json
 import shutil
+import tarfile
 
 import pytest
 
@@ -122,6 +124,33 @@ def test_a_rerun_skips_every_step_and_redoes_an_interrupted_one(iwslt, tmp_path)
     assert "[13/15] apply BPE to test.de + test.en ... 10 lines + 10 lines" in redo.stdout.splitlines()
     assert (out / "test.de").read_text() == (root / "out" / "test.de").read_text()
     assert not list(out.rglob("*.partial"))
+
+
+def test_a_rerun_on_another_archive_rebuilds_every_step_from_it(iwslt, tmp_path):
+    """Issue 16: a second run into the same --output with another de-en.tgz printed `done before` for every
+    step and kept the first archive's text, exit 0. Done-markers now record the archive they were built from."""
+    root, _ = iwslt
+    out = shutil.copytree(root / "out", tmp_path / "out")
+    with tarfile.open(root / "archives" / "de-en.tgz") as tar:
+        members = {member.name: tar.extractfile(member).read() for member in tar if member.isfile()}
+    edited = {name: data.replace(b"Chris", b"Bruno") for name, data in members.items()}
+    write_tarball(tmp_path / "other" / "de-en.tgz", edited)
+    rerun = run_script("prepare-iwslt14.sh", "--archives", tmp_path / "other", "--output", out, "--bpe-ops", BPE_OPS)
+    assert rerun.returncode == 0, rerun.stderr
+    steps = [line for line in rerun.stdout.splitlines() if line.startswith("[")]
+    assert steps[0] == ("[1/15] unpack de-en.tgz: built before from other inputs (de-en.tgz changed), "
+                        "so it and every later step are redone")
+    assert len(steps) == 16 and not any("done before" in line for line in steps)
+    assert "thank you so much , bruno ." in read(out / "tmp" / "train.tags.de-en.en")
+    assert read(out / "train.en") != read(root / "out" / "train.en")
+    done = json.loads((out / "tmp" / "done" / "unpack-de-en.tgz").read_text())
+    archive = tmp_path / "other" / "de-en.tgz"
+    assert done["inputs"]["sources"] == {"de-en.tgz": [archive.stat().st_size, archive.stat().st_mtime_ns]}
+    assert done["inputs"]["settings"] == {"recipe": "iwslt14", "bpe": "subword-nmt", "bpe_ops": int(BPE_OPS),
+                                          "joined_dictionary": True}
+
+    again = run_script("prepare-iwslt14.sh", "--archives", tmp_path / "other", "--output", out, "--bpe-ops", BPE_OPS)
+    assert all(": done before, " in line for line in again.stdout.splitlines() if line.startswith("["))
 
 
 def test_other_settings_never_overwrite_an_output(iwslt, tmp_path):

@@ -15,6 +15,7 @@ from fairseq.logging import metrics
 
 from conftest import TINY_DIMS, USER_DIR, fairseq_cli
 from deepnmt_plugin.diagnostics import REFERENCE_FILE, Diagnostics, Probe, gradient_norms
+from deepnmt_plugin.tasks.translation_deep import TaskFlagError
 
 NO_DROPOUT = ["--dropout", 0, "--attention-dropout", 0, "--activation-dropout", 0]
 
@@ -209,9 +210,9 @@ def setup_task(toy_data, *flags):
 def test_off_by_default_and_flag_errors(toy_data):
     assert setup_task(toy_data).diagnostics is None
     assert setup_task(toy_data, "--diagnostics-interval", 5).diagnostics.groups == ["update", "gnorm", "ln_input", "beta", "omega"]
-    with pytest.raises(ValueError, match=r"--diagnostics-groups: unknown \['gnrom'\]; choose from update,gnorm"):
+    with pytest.raises(TaskFlagError, match=r"--diagnostics-groups: unknown \['gnrom'\]; choose from update,gnorm"):
         setup_task(toy_data, "--diagnostics-interval", 5, "--diagnostics-groups", "update,gnrom")
-    with pytest.raises(ValueError, match="--diagnostics-interval and --diagnostics-sentences must be positive"):
+    with pytest.raises(TaskFlagError, match="--diagnostics-interval must be 0 \\(off\\) or positive, got -1"):
         setup_task(toy_data, "--diagnostics-interval", -1)
 
 

@@ -12,6 +12,7 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from conftest import USER_DIR, fairseq_cli
 from deepnmt_plugin import average_checkpoints, compat, export
 from deepnmt_plugin.tasks.divergence_guard import DivergenceError, DivergenceGuard
+from deepnmt_plugin.tasks.translation_deep import TaskFlagError
 from tiny_training import END, KILLED_AT, RECIPES, SAVE_EVERY, files_in, last_line, straight_run, train
 from tiny_training import one_thread_per_process  # noqa: F401  (autouse fixture)
 
@@ -162,7 +163,7 @@ def test_a_nan_training_loss_with_finite_gradients_stops_too():
 def test_guard_flags_are_checked_when_the_task_starts(flags, message, toy_data):
     args = options.parse_args_and_arch(options.get_training_parser(), [
         str(toy_data), "--user-dir", USER_DIR, "--task", "translation_deep", "--arch", DEEPNORM, *map(str, flags)])
-    with pytest.raises(ValueError, match=f"^{message}"):
+    with pytest.raises(TaskFlagError, match=f"^deepnmt: error: {message}"):
         tasks.setup_task(args)
 
 

@@ -16,7 +16,7 @@ from deepnmt_plugin.reproduce import batching, collect, diverged_log
 from deepnmt_plugin.scoring import compound_split, read_generate_output, score
 
 CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
-SCRIPTS = {path.stem: REPO / "scripts" / f"reproduce_{path.stem}.sh" for path in CONFIGS if path.stem != "quickstart"}
+SCRIPTS = {path.stem: REPO / "scripts" / f"reproduce_{path.stem}.sh" for path in CONFIGS}
 
 
 def dry_run(config, *flags):

@@ -12,9 +12,11 @@ resumes from its ``checkpoint_last.pt`` (fairseq's own resume, saved every ``sav
 generation and scoring are skipped when their outputs exist. ``--jobs N`` trains N cells at once,
 deepest first, the CPU cores split between them as OMP threads.
 
-Outputs in ``--workdir`` (default ``runs/depth_study``): ``results.csv`` (one row a cell), ``results.md``,
+Outputs in ``--workdir`` (default ``runs/depth_study``), over every finished cell there, this invocation's and earlier
+ones': ``results.csv`` (one row a cell), ``results.md``,
 ``bleu_vs_depth.png`` (DeepNet Fig. 1/3), ``update_norm_<depth>L.png`` (DeepNet Fig. 5: early model
-update, each method under its schedule) and, per cell, ``train.log``, ``generate.txt``, ``scores.json``.
+update, each method under its schedule), ``samples.md`` (the first test sentences as each cell translated them)
+and, per cell, ``train_command.txt`` (its exact ``fairseq-train``), ``train.log``, ``generate.txt``, ``scores.json``.
 """
 
 import csv
@@ -22,6 +24,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -179,6 +182,7 @@ def run_cell(args, cell: Cell, preset: StudyPreset, threads: Optional[int]) -> d
     log = log_path.read_text() if log_path.exists() else ""
     if progress.get("returncode") != 0 and not diverged_log(log):  # not finished: train, or resume
         command = train_command(args.data_bin, cell, preset, save_dir, cpu=args.cpu)
+        (directory / "train_command.txt").write_text(shlex.join(command) + "\n")  # the cell's exact fairseq-train
         returncode, seconds, rss_kib = run_measured(command, log_path, environment, cell.name)
         progress = {"seconds": progress["seconds"] + seconds, "rss_kib": max(progress["rss_kib"], rss_kib),
                     "returncode": returncode}
@@ -205,6 +209,15 @@ def run_cell(args, cell: Cell, preset: StudyPreset, threads: Optional[int]) -> d
     if status != FAILED:  # a crash (out of memory, a bad flag) is retried by the next invocation, from its checkpoint
         result_path.write_text(json.dumps(result, indent=1))
     return result
+
+
+def kept_results(workdir: Path, preset: StudyPreset) -> List[dict]:
+    """Every finished cell of ``workdir`` trained under ``preset``'s budget, in table order: the grid by depth and
+    method, then the checkpointed cells."""
+    results = [json.loads(path.read_text()) for path in sorted(workdir.glob("*/result.json"))]
+    results = [r for r in results if r.get("budget") == budget(preset)]
+    return sorted(results, key=lambda r: (r["checkpoint_activations"], r["encoder_layers"], r["decoder_layers"],
+                                          list(METHODS).index(r["method"])))
 
 
 def post_ln_failure_depth(results: List[dict]) -> Optional[int]:
@@ -328,7 +341,7 @@ def run(args, preset: StudyPreset, threads: Optional[int]) -> int:
     with ThreadPoolExecutor(max_workers=args.jobs) as workers:
         results = list(workers.map(run_and_report, range(1, len(order) + 1), order))
     failed = [r["name"] for r in results if r["status"] == FAILED]
-    results = sorted((r for r in results if r["status"] != FAILED), key=lambda r: [c.name for c in plan].index(r["name"]))
+    results = kept_results(workdir, preset)  # this invocation's cells and those of earlier ones
     write_csv(results, workdir / "results.csv")
     write_markdown(results, workdir / "results.md", title)
     write_samples(results, workdir, workdir / "samples.md")

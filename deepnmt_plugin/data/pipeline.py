@@ -1,8 +1,11 @@
 """Resumable steps and line-oriented text files.
 
 A step writes each of its outputs under a ``.partial`` name, renames them into place when all are
-complete and only then leaves a done-marker, so a finished step is skipped on the next run, an
-interrupted one is redone, and a half-written file is never taken as done.
+complete and only then leaves a done-marker recording the inputs it was built from (the source
+archives' names, sizes and modification times, and the flags that shape the output). The next run skips
+a step whose marker records the same inputs and whose outputs exist; any other step is redone, and so is
+every step after it, which may read its outputs. A half-written file is never taken as done, and a
+changed archive or flag never leaves data built from the old one.
 """
 
 import itertools
@@ -13,7 +16,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence, Tuple
+from typing import Callable, Iterable, Iterator, Optional, Sequence, Tuple
 
 
 class DataPrepError(Exception):
@@ -25,16 +28,30 @@ class Step:
     title: str  # the progress line; also names the done-marker, so it must be unique and fixed
     outputs: Sequence[Path]
     make: Callable[..., str]  # writes each output at the path it is given; returns a summary ("1200 lines")
+    # What the outputs are built from: {"sources": source_fingerprints(...), "settings": {...}};
+    # None: the recipe's sources and settings, which Recipe.steps fills in.
+    inputs: Optional[dict] = None
+
+
+def source_fingerprints(paths: Iterable[Path]) -> dict:
+    """{file name: [size, modification time in ns]}: what a done-marker compares, cheaply, for a multi-GB archive."""
+    return {path.name: [path.stat().st_size, path.stat().st_mtime_ns] for path in sorted(paths)}
 
 
 def run_steps(steps: Sequence[Step], done_dir: Path) -> None:
     done_dir.mkdir(parents=True, exist_ok=True)
     for number, step in enumerate(steps, 1):
         progress = f"[{number}/{len(steps)}] {step.title}"
-        marker = _marker(done_dir, step)
-        if marker.is_file() and all(path.exists() for path in step.outputs):
-            print(f"{progress}: done before, {marker.read_text()}", flush=True)
+        inputs = step.inputs or {}
+        done = _read_marker(_marker(done_dir, step))
+        if done is not None and done["inputs"] == inputs and all(path.exists() for path in step.outputs):
+            print(f"{progress}: done before, {done['summary']}", flush=True)
             continue
+        if done is not None and done["inputs"] != inputs:
+            print(f"{progress}: built before from other inputs ({changes(done['inputs'], inputs)}), "
+                  "so it and every later step are redone", flush=True)
+        for later in steps[number - 1:]:  # they may read this step's outputs
+            _remove(_marker(done_dir, later))
         print(f"{progress} ...", end="", flush=True)
         partials = [path.with_name(path.name + ".partial") for path in step.outputs]
         try:
@@ -50,21 +67,40 @@ def run_steps(steps: Sequence[Step], done_dir: Path) -> None:
             for partial in partials:
                 _remove(partial)
             raise
-        write_text_atomically(marker, summary)
+        write_text_atomically(_marker(done_dir, step), json.dumps({"summary": summary, "inputs": inputs}))
         print(f" {summary}", flush=True)
+
+
+def changes(before: dict, now: dict) -> str:
+    """What differs between two steps' inputs, e.g. "de-en.tgz changed, bpe_ops 30 -> 31"."""
+    sources_before, sources_now = before.get("sources", {}), now.get("sources", {})
+    found = [f"{name} {'changed' if name in sources_now else 'gone'}"
+             for name in sources_before if sources_before[name] != sources_now.get(name)]
+    found += [f"{name} added" for name in sources_now if name not in sources_before]
+    settings_before, settings_now = before.get("settings", {}), now.get("settings", {})
+    found += [f"{key} {settings_before.get(key)!r} -> {settings_now.get(key)!r}"
+              for key in sorted(settings_before.keys() | settings_now.keys())
+              if settings_before.get(key) != settings_now.get(key)]
+    return ", ".join(found)
 
 
 def done_summaries(done_dir: Path, steps: Sequence[Step]) -> list:
     """(title, summary) of each finished step, for the output's README."""
-    return [
-        (step.title, _marker(done_dir, step).read_text())
-        for step in steps
-        if _marker(done_dir, step).is_file()
-    ]
+    records = [(step.title, _read_marker(_marker(done_dir, step))) for step in steps]
+    return [(title, done["summary"]) for title, done in records if done is not None]
 
 
 def _marker(done_dir: Path, step: Step) -> Path:
     return done_dir / re.sub(r"[^\w.]+", "-", step.title).strip("-")
+
+
+def _read_marker(marker: Path) -> Optional[dict]:
+    """A done-marker's {"summary", "inputs"}; None when there is none, or it records no inputs (an older data-prep)."""
+    try:
+        done = json.loads(marker.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return done if isinstance(done, dict) and {"summary", "inputs"} <= done.keys() else None
 
 
 def claim_output(output: Path, settings: dict, final_names: Iterable[str]) -> None:

@@ -26,6 +26,7 @@ from deepnmt_plugin.data.pipeline import (
     parallel_map,
     read_lines,
     read_pairs,
+    source_fingerprints,
     write_lines,
     write_text_atomically,
 )
@@ -66,6 +67,8 @@ class Recipe:
     about: str  # the README's description of source, licence and recipe
     sacrebleu_steps: Callable[[Options], List[Step]] = field(default=lambda options: [])
     binarized_steps: Callable[[Options], List[Step]] = field(default=lambda options: [])  # after data-bin/
+    # The files the steps read (after ensure_sources): a change to one redoes them. Default: all of --archives.
+    sources: Callable[[Options], List[Path]] = field(default=lambda options: archive_files(options.archives))
 
     @property
     def languages(self):
@@ -81,7 +84,20 @@ class Recipe:
         steps += self.binarized_steps(options)
         steps += self.sacrebleu_steps(options)
         steps.append(readme_step(options, self, list(steps)))
+        inputs = {"sources": source_fingerprints(self.sources(options)), "settings": self.settings(options)}
+        for step in steps:
+            if step.inputs is None:
+                step.inputs = inputs
         return steps
+
+    def settings(self, options: Options) -> dict:
+        """The flags that shape the output (not --workers, --archives or --output)."""
+        return dict(recipe=self.name, bpe=options.bpe, bpe_ops=options.bpe_ops,
+                    joined_dictionary=options.joined_dictionary)
+
+
+def archive_files(folder: Path) -> List[Path]:
+    return [path for path in folder.iterdir() if path.is_file() and not path.name.endswith(".partial")]
 
 
 # --- generic steps --------------------------------------------------------------------------------
@@ -217,10 +233,14 @@ def binarize_step(
 
 
 def sacrebleu_step(options: Options, test_set: str, langpair: str, archive_name: str) -> Step:
+    """Fills sacreBLEU's cache from an optional archive: keyed to that archive alone, so adding it later
+    adds this step without redoing the corpus."""
+    archive = options.archives / archive_name
     return Step(
         f"cache {test_set} {langpair} for sacreBLEU",
         [],
-        lambda: populate_sacrebleu_cache(test_set, langpair, options.archives / archive_name),
+        lambda: populate_sacrebleu_cache(test_set, langpair, archive),
+        inputs={"sources": source_fingerprints([archive])},
     )
 
 
@@ -364,6 +384,7 @@ IWSLT14 = Recipe(
     default_output="iwslt14.tokenized.de-en",
     default_bpe_ops=10000,
     ensure_sources=ensure_iwslt_archives,
+    sources=lambda options: [options.archives / IWSLT_ARCHIVE.name],
     corpus_steps=iwslt_steps,
     about=f"""
 Source: {IWSLT_ARCHIVE.name} ({IWSLT_ARCHIVE.url}), the IWSLT 2014 TED talk transcripts (WIT3,
@@ -559,6 +580,7 @@ def wmt_recipe(
         ensure_sources=ensure,
         corpus_steps=functools.partial(wmt_steps, data=data),
         sacrebleu_steps=sacrebleu_steps,
+        sources=lambda options: [options.archives / archive.name for archive in archives],
         about="\n".join(textwrap.fill(line, 100, break_on_hyphens=False) for line in about.split("\n")),
     )
 

@@ -54,8 +54,6 @@ class DivergenceGuard:
     """The checks of one training run; the task calls ``watch`` and ``check_training_loss``."""
 
     def __init__(self, max_loss: Optional[float], overflow_patience: int):
-        if overflow_patience < 1:
-            raise ValueError(f"--divergence-overflow-patience must be at least 1, got {overflow_patience}")
         self.max_loss = max_loss
         self.overflow_patience = overflow_patience
         self.update = 0  # the update being computed, 1-based as fairseq logs it

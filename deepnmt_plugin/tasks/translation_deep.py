@@ -90,6 +90,35 @@ class TranslationDeepConfig(TranslationConfig):
     ddp_backend: str = II("distributed_training.ddp_backend")
 
 
+class TaskFlagError(SystemExit):
+    """A divergence-guard or diagnostics flag out of range: one line naming it, exit status 1, nothing run."""
+
+    def __init__(self, message: str):
+        super().__init__(f"deepnmt: error: {message}")
+
+
+def check_guard_and_diagnostics_flags(cfg: TranslationDeepConfig) -> None:
+    """Every guard and diagnostics flag is checked, used or not: a typo is never silently ignored."""
+    if cfg.divergence_max_loss is not None:
+        if not cfg.divergence_guard:
+            raise TaskFlagError("--divergence-max-loss needs --divergence-guard")
+        if not cfg.divergence_max_loss > 0:  # a logged loss is never below 0: the guard would stop update 1
+            raise TaskFlagError(f"--divergence-max-loss must be above 0, got {cfg.divergence_max_loss:g}")
+    if cfg.divergence_overflow_patience < 1:
+        raise TaskFlagError(
+            f"--divergence-overflow-patience must be at least 1, got {cfg.divergence_overflow_patience}")
+    if cfg.diagnostics_interval < 0:
+        raise TaskFlagError(f"--diagnostics-interval must be 0 (off) or positive, got {cfg.diagnostics_interval}")
+    if cfg.diagnostics_sentences < 1:
+        raise TaskFlagError(f"--diagnostics-sentences must be at least 1, got {cfg.diagnostics_sentences}")
+    try:
+        parse_groups(cfg.diagnostics_groups)
+    except ValueError as error:
+        raise TaskFlagError(str(error)) from None
+    if cfg.diagnostics_interval and cfg.ddp_backend == "fully_sharded":  # the probe pass needs every parameter
+        raise TaskFlagError("--diagnostics-interval does not support --ddp-backend fully_sharded")
+
+
 def concatenate_batches(samples, pad, left_pad_source, left_pad_target):
     """One net_input holding every sentence of ``samples``, re-padded to the longest."""
 
@@ -114,18 +143,13 @@ class TranslationDeepTask(TranslationTask):
         if cfg.admin_profile_batches < 1:
             raise ValueError(f"--admin-profile-batches must be at least 1, got {cfg.admin_profile_batches}")
         self.admin_model = None
-        if cfg.divergence_max_loss is not None and not cfg.divergence_guard:
-            raise ValueError("--divergence-max-loss needs --divergence-guard")
+        check_guard_and_diagnostics_flags(cfg)
         self.divergence_guard = (
             DivergenceGuard(cfg.divergence_max_loss, cfg.divergence_overflow_patience) if cfg.divergence_guard else None
         )
         self.diagnostics = self.build_diagnostics(cfg) if cfg.diagnostics_interval else None
 
     def build_diagnostics(self, cfg):
-        if cfg.diagnostics_interval < 0 or cfg.diagnostics_sentences < 1:
-            raise ValueError("--diagnostics-interval and --diagnostics-sentences must be positive")
-        if cfg.ddp_backend == "fully_sharded":  # the probe pass needs every parameter on every rank
-            raise ValueError("--diagnostics-interval does not support --ddp-backend fully_sharded")
         reference_path = None if cfg.no_save else os.path.join(cfg.save_dir, REFERENCE_FILE)
         return Diagnostics(cfg.diagnostics_interval, parse_groups(cfg.diagnostics_groups),
                            self.diagnostics_batch, reference_path)

@@ -1,0 +1,243 @@
+"""Serve a trained model with CTranslate2: conversion, fairseq-generate's beam search, the raw-text steps.
+
+``python -m deepnmt_plugin.export CKPT OUT_DIR --format ctranslate2`` calls :func:`export_ctranslate2`. CTranslate2's
+Transformer is Pre-LN or Post-LN with no residual scale, so a deepnmt checkpoint is first exported to a stock fairseq
+transformer in memory (:func:`deepnmt_plugin.export.export` folds DeepNorm's alpha and Admin's omega into the weights)
+and then handed to ctranslate2's fairseq converter. T-Fixup, which has no LayerNorm, has no such layout.
+
+The model directory is self-contained: CTranslate2's ``model.bin``, ``config.json`` and vocabularies, the data-prep's
+subword model, and ``text_processing.json`` saying which raw-text steps the data-prep applied, so that
+``python -m deepnmt_plugin.translate --model OUT_DIR`` takes raw text (:class:`TextProcessing`).
+"""
+
+import argparse
+import dataclasses
+import functools
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+import torch
+from ctranslate2.converters import FairseqConverter
+from ctranslate2.converters.fairseq import _get_model_spec, _get_vocab, set_transformer_decoder, set_transformer_encoder
+from fairseq import models, tasks
+from sacremoses import MosesDetokenizer
+
+from deepnmt_plugin import compat
+from deepnmt_plugin.data import moses
+from deepnmt_plugin.data.subwords import MODEL_NAMES as SUBWORD_MODEL_NAMES
+from deepnmt_plugin.export import ExportError, export
+
+TEXT_PROCESSING = "text_processing.json"
+README_RECIPE = re.compile(r"built by deepnmt's data-prep \(([^)]+)\)\.")
+
+
+@dataclasses.dataclass
+class TextProcessing:
+    """What a raw source line goes through before the model, and a hypothesis after it.
+
+    Source: [normalize-punctuation, remove-non-printing-char], [Moses tokenizer [-a]], [lowercase], subword
+    segmentation; target: subword joining, Moses detokenizer. Each flag is what the data-prep recipe did.
+    """
+
+    source_lang: str
+    target_lang: str
+    recipe: Optional[str]  # the data-prep recipe; None: unknown, the input must come pre-processed
+    normalize_punctuation: bool = False  # normalize-punctuation.perl and remove-non-printing-char.perl
+    moses_tokenizer: bool = False
+    aggressive_dash_splits: bool = False  # tokenizer.perl -a
+    lowercase: bool = False
+    subword: Optional[str] = None  # "subword-nmt" or "sentencepiece"
+    subword_model: Optional[str] = None  # its file name inside the model directory
+
+    def preprocess(self, line: str) -> str:
+        """What the data-prep did to a source line before its subword model."""
+        if self.normalize_punctuation:
+            line = moses.remove_non_printing_chars(moses.normalize_punctuation(line, self.source_lang))
+        if self.moses_tokenizer:
+            line = moses.tokenize(line, self.source_lang, aggressive_dash_splits=self.aggressive_dash_splits)
+        return moses.lowercase(line) if self.lowercase else line
+
+    def postprocess(self, tokens: Sequence[str]) -> str:
+        """A hypothesis as text: subwords joined (fairseq's ``--remove-bpe``), then detokenized."""
+        text = " ".join(tokens)
+        if self.subword == "subword-nmt":
+            text = (text + " ").replace("@@ ", "").rstrip()
+        elif self.subword == "sentencepiece":
+            text = text.replace(" ", "").replace("\u2581", " ").strip()
+        return _detokenizer(self.target_lang).detokenize(text.split()) if self.moses_tokenizer else text
+
+    def save(self, directory: Path) -> None:
+        (directory / TEXT_PROCESSING).write_text(json.dumps(dataclasses.asdict(self), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, directory: Path) -> "TextProcessing":
+        return cls(**json.loads((directory / TEXT_PROCESSING).read_text()))
+
+
+@functools.lru_cache(maxsize=None)
+def _detokenizer(lang: str) -> MosesDetokenizer:
+    return MosesDetokenizer(lang=lang)
+
+
+# The raw-text steps of each data-prep recipe on its training text (deepnmt_plugin/data/).
+_IWSLT = dict(moses_tokenizer=True, lowercase=True)  # prepare-iwslt14.sh: tokenizer | lowercase
+_WMT = dict(normalize_punctuation=True, moses_tokenizer=True, aggressive_dash_splits=True)  # prepare-wmt14en2*.sh
+_SMALL_DE_EN = dict(normalize_punctuation=True, moses_tokenizer=True, lowercase=True)  # data.ding.preprocess
+RECIPE_TEXT_STEPS = {
+    "iwslt14": _IWSLT, "wmt14en2de": _WMT, "wmt17en2de": _WMT, "wmt14en2fr": _WMT,
+    "ding-de-en": _SMALL_DE_EN, "l10n-de-en": _SMALL_DE_EN,
+}
+
+
+class InMemoryFairseqConverter(FairseqConverter):
+    """ctranslate2's fairseq converter for a stock checkpoint already in memory.
+
+    The upstream ``_load`` reads a file and needs ``cfg.model`` as an ``argparse.Namespace``; an exported checkpoint
+    keeps it a dict so that it loads weights-only. The Namespace exists here only, and the task is stock ``translation``
+    (training may have used ``translation_deep``, which stock fairseq does not register).
+    """
+
+    def __init__(self, checkpoint: dict, data_dir: str):
+        super().__init__(model_path="", data_dir=data_dir)
+        self.checkpoint = checkpoint
+        self.languages = None  # (source, target), known once loaded
+
+    def _load(self):
+        model_cfg = self.checkpoint["cfg"]["model"]
+        args = argparse.Namespace(**(model_cfg if isinstance(model_cfg, dict) else vars(model_cfg)))
+        args.data, args.task, args.user_dir = self._data_dir, "translation", None
+        spec = _get_model_spec(args)
+        task = tasks.setup_task(args)
+        with torch.no_grad():
+            model = models.build_model(args, task)
+            model.load_state_dict(self.checkpoint["model"])
+            model.eval()
+            set_transformer_encoder(spec.encoder, model.encoder)
+            set_transformer_decoder(spec.decoder, model.decoder)
+        spec.register_source_vocabulary(_get_vocab(task.source_dictionary))
+        spec.register_target_vocabulary(_get_vocab(task.target_dictionary))
+        spec.config.decoder_start_token = spec.config.eos_token  # fairseq starts decoding from </s>
+        spec.config.add_source_eos = True  # and ends every source with </s>
+        spec.config.layer_norm_epsilon = model.encoder.layers[0].final_layer_norm.eps
+        self.languages = (task.cfg.source_lang, task.cfg.target_lang)
+        return spec
+
+
+def stock_checkpoint(state: dict, path: str) -> dict:
+    """``state`` as a stock fairseq transformer checkpoint: exported in memory when it is a deepnmt one."""
+    model_cfg = (state.get("cfg") or {}).get("model")
+    method = model_cfg.get("deep_method") if isinstance(model_cfg, dict) else getattr(model_cfg, "deep_method", None)
+    if method == "tfixup":
+        raise ExportError(
+            f"cannot convert {path} to CTranslate2: transformer_tfixup has no LayerNorm, and CTranslate2's "
+            "Transformer normalises every sublayer (Pre-LN or Post-LN); serve it with fairseq --user-dir"
+        )
+    return state if model_cfg is not None and method is None else export(state, path)
+
+
+def data_prep_directory(data_dir: Path) -> Optional[Path]:
+    """The data-prep output holding ``data_dir`` (``OUTPUT/data-bin``): the folder with the subword model."""
+    for directory in (data_dir, data_dir.parent):
+        if any((directory / name).is_file() for name in SUBWORD_MODEL_NAMES.values()):
+            return directory
+    return None
+
+
+def data_prep_recipe(directory: Path) -> Optional[str]:
+    """The recipe that built a data-prep output: its settings stamp, or the README's first line (tmp/ is deletable)."""
+    settings, readme = directory / "tmp" / "settings.json", directory / "README"
+    if settings.is_file():
+        return json.loads(settings.read_text()).get("recipe")
+    if readme.is_file():
+        found = README_RECIPE.search(readme.read_text(encoding="utf-8").split("\n", 1)[0])
+        return found.group(1) if found else None
+    return None
+
+
+def text_processing(data_dir: Path, languages: Sequence[str], model_dir: Path) -> TextProcessing:
+    """Copy the data-prep's subword model beside ``data_dir`` into ``model_dir``; say what raw text goes through."""
+    steps = TextProcessing(*languages, recipe=None)
+    prep = data_prep_directory(data_dir)
+    if prep is None:
+        return steps
+    recipe = data_prep_recipe(prep)
+    if recipe in RECIPE_TEXT_STEPS:
+        steps = TextProcessing(*languages, recipe=recipe, **RECIPE_TEXT_STEPS[recipe])
+    steps.subword, steps.subword_model = next(
+        (kind, name) for kind, name in SUBWORD_MODEL_NAMES.items() if (prep / name).is_file()
+    )
+    shutil.copyfile(prep / steps.subword_model, model_dir / steps.subword_model)
+    return steps
+
+
+def export_ctranslate2(
+    checkpoint: str, output_dir: str, quantization: Optional[str] = None, data: Optional[str] = None
+) -> TextProcessing:
+    """Write ``checkpoint`` (deepnmt or stock fairseq) as a self-contained CTranslate2 model directory.
+
+    Parameters
+    ----------
+    checkpoint : a fairseq-train checkpoint of transformer_{preln,deepnorm,admin} or a stock transformer (exported).
+    output_dir : the model directory; it must be new, empty, or an earlier export (replaced whole, atomically).
+    quantization : None (float32 weights), ``int8``, ``int8_float32`` or ``float16``.
+    data : the fairseq-preprocess folder with the dictionaries; default: the checkpoint's own data path.
+
+    Returns
+    -------
+    The raw-text steps written to ``text_processing.json``.
+    """
+    output = Path(output_dir)
+    if output.exists() and not (output.is_dir() and (not any(output.iterdir()) or (output / TEXT_PROCESSING).exists())):
+        raise ExportError(f"{output} exists and is not an earlier CTranslate2 export: choose a new or empty OUT_DIR")
+    state = stock_checkpoint(compat.read_checkpoint(checkpoint), checkpoint)
+    data_dir = Path(data or str(state["cfg"]["task"]["data"]).split(os.pathsep)[0])
+    if not any(data_dir.glob("dict.*.txt")):
+        where = "given with --data" if data else "the checkpoint's data path"
+        raise ExportError(f"no dictionaries (dict.*.txt) in {data_dir}, {where}: name their folder with --data DIR")
+    partial = output.with_name(output.name + ".partial")
+    try:
+        steps = write_model_directory(state, checkpoint, data_dir, partial, quantization)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)  # a failure leaves no half-written directory
+        raise
+    if output.exists():
+        shutil.rmtree(output)
+    os.replace(partial, output)
+    return steps
+
+
+def write_model_directory(
+    state: dict, checkpoint: str, data_dir: Path, directory: Path, quantization: Optional[str]
+) -> TextProcessing:
+    """CTranslate2's files for the stock checkpoint ``state``, the subword model and ``text_processing.json``."""
+    converter = InMemoryFairseqConverter(state, str(data_dir))
+    try:
+        converter.convert(str(directory), quantization=quantization, force=True)
+    except ValueError as unsupported:  # ctranslate2's ConfigurationChecker lists its reasons on several lines
+        raise ExportError(f"cannot convert {checkpoint} to CTranslate2: {' '.join(str(unsupported).split())}")
+    steps = text_processing(data_dir, converter.languages, directory)
+    steps.save(directory)
+    return steps
+
+
+def fairseq_max_length(sources: Sequence[Sequence[str]], max_len_a: float, max_len_b: int) -> int:
+    """fairseq-generate's limit for a batch: ``a * width + b`` target tokens before ``</s>``, where ``width`` is the
+    longest source with its ``</s>`` (SequenceGenerator reads the padded width of the batch, not each sentence)."""
+    return int(max_len_a * (max(len(tokens) for tokens in sources) + 1) + max_len_b)
+
+
+def translate_batch(
+    translator, sources: List[List[str]], beam: int, max_len_a: float, max_len_b: int
+) -> List[List[str]]:
+    """CTranslate2 beam search set up as fairseq-generate's (length-normalised scores, padding never generated)."""
+    results = translator.translate_batch(
+        sources,
+        beam_size=beam,
+        max_decoding_length=fairseq_max_length(sources, max_len_a, max_len_b),
+        suppress_sequences=[["<blank>"]],  # fairseq's <pad>, renamed by the converter
+    )
+    return [result.hypotheses[0] for result in results]

@@ -1,0 +1,91 @@
+"""Translate raw text with a CTranslate2 model directory written by ``deepnmt-export --format ctranslate2``.
+
+``python -m deepnmt_plugin.translate --model OUT_DIR < german.txt > english.txt``: one line in, one line out. Each
+line goes through the data-prep's own steps (``text_processing.json``: Moses normalisation, tokenizer and lowercasing
+as its recipe did, then its subword model), CTranslate2's beam search set up as fairseq-generate's, subword joining
+and the Moses detokenizer of the target language.
+"""
+
+import argparse
+import itertools
+import sys
+from pathlib import Path
+from typing import Iterable, Iterator, List
+
+import ctranslate2
+
+from deepnmt_plugin.data import subwords
+from deepnmt_plugin.serving import TEXT_PROCESSING, TextProcessing, translate_batch
+
+
+class RawTextTranslator:
+    """A CTranslate2 model with the raw-text steps of the data it was trained on.
+
+    Parameters
+    ----------
+    model_dir : a directory written by :func:`deepnmt_plugin.serving.export_ctranslate2`.
+    beam, max_len_a, max_len_b : fairseq-generate's ``--beam``, ``--max-len-a``, ``--max-len-b``.
+    threads : CPU threads of one translation (CTranslate2's ``intra_threads``).
+    batch_size : sentences per beam search; a batch holds sentences of similar length.
+    device : ``cpu``, ``cuda`` or ``auto``.
+    """
+
+    def __init__(self, model_dir: str, beam: int = 4, max_len_a: float = 1.2, max_len_b: int = 10,
+                 threads: int = 2, batch_size: int = 32, device: str = "cpu"):
+        self.directory = Path(model_dir)
+        self.steps = TextProcessing.load(self.directory)
+        self.translator = ctranslate2.Translator(str(self.directory), device=device, intra_threads=threads)
+        self.beam, self.max_len_a, self.max_len_b, self.batch_size = beam, max_len_a, max_len_b, batch_size
+
+    def source_tokens(self, lines: Iterable[str]) -> List[List[str]]:
+        """The model's input tokens of each raw line: pre-processed, then split by the subword model."""
+        processed = (self.steps.preprocess(line) for line in lines)
+        if self.steps.subword is not None:
+            processed = subwords.apply(self.steps.subword, self.directory / self.steps.subword_model, processed, 1)
+        return [line.split() for line in processed]
+
+    def translate(self, lines: List[str]) -> List[str]:
+        """One translation per line, in order; an empty line stays empty."""
+        sources = self.source_tokens(lines)
+        by_length = sorted((i for i, tokens in enumerate(sources) if tokens), key=lambda i: len(sources[i]))
+        translations = [""] * len(lines)
+        for start in range(0, len(by_length), self.batch_size):
+            batch = by_length[start:start + self.batch_size]
+            hypotheses = translate_batch(self.translator, [sources[i] for i in batch], self.beam, self.max_len_a,
+                                         self.max_len_b)
+            for i, tokens in zip(batch, hypotheses):
+                translations[i] = self.steps.postprocess(tokens)
+        return translations
+
+
+def chunks(lines: Iterable[str], size: int) -> Iterator[List[str]]:
+    iterator = iter(lines)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m deepnmt_plugin.translate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="a directory written by deepnmt-export --format ctranslate2")
+    parser.add_argument("--beam", type=int, default=4)
+    parser.add_argument("--max-len-a", type=float, default=1.2, help="at most a * source length + b target tokens")
+    parser.add_argument("--max-len-b", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads (default: 2)")
+    parser.add_argument("--batch-size", type=int, default=32, help="sentences per beam search (default: 32)")
+    parser.add_argument("--buffer-size", type=int, default=1024,
+                        help="lines read before translating; each is written once its buffer is done (default: 1024)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"))
+    args = parser.parse_args(argv)
+    if not (Path(args.model) / TEXT_PROCESSING).is_file():
+        parser.exit(1, f"deepnmt: error: {args.model} is not a model directory written by "
+                       f"deepnmt-export --format ctranslate2 (no {TEXT_PROCESSING})\n")
+    translator = RawTextTranslator(args.model, args.beam, args.max_len_a, args.max_len_b, args.threads,
+                                   args.batch_size, args.device)
+    lines = (line.rstrip("\n") for line in sys.stdin)
+    for chunk in chunks(lines, args.buffer_size):
+        sys.stdout.write("".join(translation + "\n" for translation in translator.translate(chunk)))
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

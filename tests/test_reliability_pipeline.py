@@ -1,0 +1,77 @@
+"""Issue 16, the reproduction pipeline: the table scripts take relative paths from where they are called,
+and scoring refuses fairseq-generate output that leaves test sentences out."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import REPO, TINY_DIMS, USER_DIR, fairseq_cli
+from deepnmt_plugin.scoring import ScoringError, read_generate_output
+from tiny_training import checkpoint_of, last_line
+from tiny_training import one_thread_per_process  # noqa: F401  (autouse fixture)
+
+SCRIPT = REPO / "scripts" / "reproduce_admin_iwslt14_de_en.sh"
+
+
+def test_a_table_script_takes_relative_paths_from_the_callers_directory(toy_data, tmp_path):
+    """The scripts used to cd into the checkout first: `--data mydata` was looked for there, and the error said
+    to run data-prep first."""
+    (tmp_path / "mydata").symlink_to(toy_data)
+    planned = subprocess.run(["bash", str(SCRIPT), "--data", "mydata", "--workdir", "myruns", "--dry-run",
+                              "--methods", "admin", "--seeds", "1"], cwd=tmp_path, capture_output=True, text=True)
+    assert planned.returncode == 0, planned.stderr
+    assert f"1 runs in {tmp_path}/myruns/admin_iwslt14_de_en," in planned.stdout.splitlines()[0]
+    assert f" train: fairseq-train {tmp_path}/mydata --user-dir {USER_DIR} " in planned.stdout
+    assert "--required-batch-size-multiple 1" in planned.stdout  # every test sentence is translated
+    assert not (tmp_path / "myruns").exists()
+
+    missing = subprocess.run(["bash", str(SCRIPT), "--data", "nowhere", "--workdir", "myruns"], cwd=tmp_path,
+                             capture_output=True, text=True)
+    assert missing.returncode == 1 and "Traceback" not in missing.stderr
+    assert last_line(missing.stderr) == f"deepnmt: error: --data {tmp_path}/nowhere does not exist"
+
+
+@pytest.fixture(scope="module")
+def generated(build_model, toy_data, tmp_path_factory):
+    """fairseq-generate's output on the 100 test sentences: with fairseq's default --required-batch-size-multiple
+    8 (its last batch of 4 left out) and with 1."""
+    model, args = build_model("transformer_preln_iwslt_de_en", "--encoder-layers", 1, "--decoder-layers", 1, *TINY_DIMS)
+    directory = tmp_path_factory.mktemp("generated")
+    torch.save(checkpoint_of(model, args), directory / "model.pt")
+    outputs = {}
+    for multiple in (8, 1):
+        result = fairseq_cli("fairseq-generate", toy_data, "--user-dir", USER_DIR, "--path", directory / "model.pt",
+                             "--cpu", "--max-tokens", 4096, "--beam", 1, "--max-len-b", 5,
+                             "--required-batch-size-multiple", multiple)
+        outputs[multiple] = directory / f"multiple{multiple}.txt"
+        outputs[multiple].write_text(result.stdout)
+        assert f"Translated {96 if multiple == 8 else 100} sentences" in result.stderr
+    return outputs
+
+
+def score(generate_output, toy_data, *flags):
+    return subprocess.run([sys.executable, "-m", "deepnmt_plugin.scoring", str(generate_output), "--source-lang",
+                           "de", "--target-lang", "en", *map(str, flags)], capture_output=True, text=True)
+
+
+def test_scoring_refuses_an_output_that_leaves_test_sentences_out(generated, toy_data, tmp_path):
+    refused = score(generated[8], toy_data, "--data-bin", toy_data, "--json", tmp_path / "scores.json")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert last_line(refused.stderr).startswith(
+        f"deepnmt: error: {generated[8]} holds 96 of the 100 test sentences (missing ")
+    assert not (tmp_path / "scores.json").exists()
+
+    scored = score(generated[1], toy_data, "--data-bin", toy_data, "--json", tmp_path / "scores.json")
+    assert scored.returncode == 0, scored.stderr
+    assert "sentences\t100" in scored.stdout and (tmp_path / "scores.json").exists()
+
+
+def test_a_gap_in_the_sentence_ids_is_refused_even_without_the_data(generated, tmp_path):
+    lines = generated[1].read_text().splitlines()
+    holed = tmp_path / "holed.txt"
+    holed.write_text("\n".join(line for line in lines if not line.split("\t")[0][2:] == "7") + "\n")
+    with pytest.raises(ScoringError, match=r"holds 99 of the 100 test sentences \(missing 7\)"):
+        read_generate_output(str(holed))
+    assert len(read_generate_output(str(generated[1]), sentences=100)[0]) == 100
