@@ -37,6 +37,7 @@ from fairseq.logging import metrics
 from torch import Tensor
 
 from deepnmt_plugin import compat
+from deepnmt_plugin.models.method import all_layers
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ def unwrap(model: nn.Module) -> nn.Module:
 def layer_names(model: nn.Module):
     """(stack, name such as ``enc.03``, layer); indices zero-padded so names sort in order."""
     for side, short in STACKS:
-        layers = getattr(model, side).layers
+        layers = all_layers(getattr(model, side))  # every layer, also where LayerDrop skips some
         width = len(str(len(layers) - 1))
         for index, layer in enumerate(layers):
             yield side, f"{short}.{index:0{width}d}", layer

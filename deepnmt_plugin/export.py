@@ -77,11 +77,17 @@ def sublayers(side: str, layers: int) -> List[Tuple[str, str, List[str]]]:
     ]
 
 
+def trained_layers(cfg: dict) -> Tuple[int, int]:
+    """(encoder, decoder) depth the recipe's constants were computed for (``recipe_layers(cfg)``, for a config dict)."""
+    encoder_layers, decoder_layers = cfg.get("recipe_layers") or (cfg["encoder_layers"], cfg["decoder_layers"])
+    return int(encoder_layers), int(decoder_layers)
+
+
 def fold_deepnorm(model: StateDict, cfg: dict) -> StateDict:
     """LN(alpha*x + f(x)) = LN(x + f(x)/alpha): divide the branch's last projection by alpha."""
     model = OrderedDict(model)
     for side in ("encoder", "decoder"):
-        alpha = deepnorm_alpha(side, cfg["encoder_layers"], cfg["decoder_layers"])
+        alpha = deepnorm_alpha(side, *trained_layers(cfg))
         for i in range(cfg[f"{side}_layers"]):
             for last in ("self_attn.out_proj", "encoder_attn.out_proj", "fc2"):
                 for name in (f"{side}.layers.{i}.{last}.weight", f"{side}.layers.{i}.{last}.bias"):
@@ -97,6 +103,9 @@ def fold_admin(model: StateDict, cfg: dict) -> Tuple[StateDict, dict]:
     between = [k for k in model if k.startswith(("decoder.project_in_dim", "decoder.project_out", "decoder.adaptive"))]
     if between:  # a layer between the embedding tables and the first sublayer or the logits
         raise ExportError(f"cannot export Admin with {between[0]}: omega_1 is folded through the embedding tables")
+    if cfg.get("cross_self_attention"):  # the decoder's keys and values read the encoder output, which has no omega
+        raise ExportError("cannot export Admin with --cross-self-attention: its self-attention reads the encoder "
+                          "output and the decoder input through the same projections, and only the latter carries omega")
     for side in ("encoder", "decoder"):
         producer = None  # the LayerNorm whose output the next sublayer reads; None: the embeddings
         for residual, layer_norm, projections in sublayers(side, cfg[f"{side}_layers"]):
@@ -164,6 +173,7 @@ def stock_config(cfg: dict, model_flags: dict) -> dict:
     cfg = plain(cfg, "cfg")
     model = dict(cfg["model"], **model_flags)
     method = model.pop("deep_method")
+    model.pop("recipe_layers", None)  # folded into the weights; stock fairseq has no such flag
     size = model["arch"][len(f"transformer_{method}"):]
     model["arch"] = model["_name"] = STOCK_ARCHS[size]
     translation_fields = {f.name for f in dataclasses.fields(TranslationConfig)}

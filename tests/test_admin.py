@@ -39,7 +39,7 @@ def fixed_batch(model, batch=6, src_len=9, tgt_len=7):
 
 
 def omegas(stack):
-    return [m.omega for layer in stack.layers for m in layer.modules() if isinstance(m, AdminResidual)]
+    return [m.omega for m in stack.layers.modules() if isinstance(m, AdminResidual)]  # every layer, even with LayerDrop
 
 
 def branch_activations(model, net_input):
@@ -155,3 +155,24 @@ def test_training_without_initialisation_is_refused(build_model):
     with pytest.raises(RuntimeError, match="--task translation_deep"):
         model.train()(**net_input)
     model.eval()(**net_input)  # evaluation of any checkpoint is fine
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_layerdrop_profiles_every_sublayer_once_and_leaves_no_profiler(build_model, seed):
+    """fairseq's LayerDropModuleList yields a random subset of layers in training mode; profiling walks them all."""
+    model = admin_model(build_model, 4, 3, "--encoder-layerdrop", 0.5, "--decoder-layerdrop", 0.5, "--dropout", 0.1)
+    torch.manual_seed(seed)
+    records = profile_admin(model, fixed_batch(model))
+    for side, sublayers in (("encoder", 8), ("decoder", 9)):
+        profiled = omegas(getattr(model, side))
+        assert len(records[side]) == len(profiled) == sublayers
+        assert [o[0].item() for o in profiled] == pytest.approx([r["omega"] for r in records[side]], abs=1e-6)
+    residuals = [m for m in model.modules() if isinstance(m, AdminResidual)]
+    assert not any(r._forward_pre_hooks or r._forward_hooks for r in residuals)
+
+    profiled = [o.detach().clone() for o in omegas(model.encoder) + omegas(model.decoder)]
+    model.admin_initialized.fill_(True)
+    net_input = fixed_batch(model)
+    for _ in range(3):  # training passes drop layers at random; only an optimizer may move omega
+        model.train()(**net_input)[0].sum().backward()
+    assert all(torch.equal(o, p) for o, p in zip(omegas(model.encoder) + omegas(model.decoder), profiled))

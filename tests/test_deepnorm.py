@@ -98,6 +98,16 @@ def test_residual_rule_measured_with_hooks(build_model):
 
 def test_residual_module_formula():
     residual = DeepNormResidual(alpha=2.5)
-    x = torch.randn(3, 4)
-    out = residual(x, lambda h: h * 0.1, lambda h: h - 1)
-    torch.testing.assert_close(out, 2.5 * x + 0.1 * x - 1)
+    x, f = torch.randn(3, 4), torch.randn(3, 4)
+    torch.testing.assert_close(residual(x, f), 2.5 * x + f)  # the layer's LayerNorm comes after
+
+
+def test_init_reaches_every_layer_under_layerdrop(build_model):
+    """In training mode fairseq's LayerDropModuleList yields a random subset of layers; the init walks them all."""
+    model, _ = build_model("transformer_deepnorm_iwslt_de_en", "--encoder-layers", 6, "--decoder-layers", 6,
+                           "--encoder-layerdrop", 0.5, "--decoder-layerdrop", 0.5)
+    model.eval()  # now iterating the layers yields every one
+    for side in ("encoder", "decoder"):
+        beta = deepnorm_beta(side, 6, 6)
+        for layer in getattr(model, side).layers:
+            assert layer.fc1.weight.std().item() == pytest.approx(xavier_std(layer.fc1.weight, beta), rel=0.05)

@@ -74,3 +74,12 @@ def test_layer_norm_flags_refused(build_model):
         build_model("transformer_tfixup", "--layernorm-embedding")
     with pytest.raises(SystemExit, match="--decoder-normalize-before contradicts --arch transformer_tfixup"):
         build_model("transformer_tfixup", "--decoder-normalize-before")
+
+
+def test_init_reaches_every_layer_under_layerdrop(build_model):
+    """In training mode fairseq's LayerDropModuleList yields a random subset of layers; the init walks them all."""
+    model, _ = build_model("transformer_tfixup_iwslt_de_en", "--encoder-layers", 6, "--decoder-layers", 6,
+                           "--encoder-layerdrop", 0.5, "--decoder-layerdrop", 0.5)
+    layers = [*model.eval().encoder.layers, *model.decoder.layers]  # eval: iterating yields every layer
+    assert len(layers) == 12
+    assert all(torch.all(layer.fc1.bias == 0) and torch.all(layer.fc2.bias == 0) for layer in layers)

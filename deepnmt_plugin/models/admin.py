@@ -24,22 +24,24 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch import Tensor
 
-from deepnmt_plugin.models.method import Branch, DeepMethod, register_method
+from deepnmt_plugin.models.method import DeepMethod, all_layers, register_method
+
+OMEGA_UNSET = (
+    "transformer_admin trains with --task translation_deep, which sets omega before the first update; "
+    "this model's omega is still 1 (plain Post-LN)"
+)
 
 
 class AdminResidual(nn.Module):
-    """``x_i = LN(omega_i * x_{i-1} + f_i(x_{i-1}))`` with a trainable ``omega`` of size ``embed_dim``."""
+    """``omega_i * x_{i-1} + f_i(x_{i-1})`` with a trainable ``omega`` of size ``embed_dim``; the layer then
+    normalises it (Post-LN): ``x_i = LN(omega_i * x_{i-1} + f_i(x_{i-1}))``."""
 
     def __init__(self, embed_dim: int):
         super().__init__()
         self.omega = nn.Parameter(torch.ones(embed_dim))
-        self.profiler = None  # an AdminProfiler while ``admin_profiling`` runs
 
-    def forward(self, x: Tensor, branch: Branch, layer_norm: nn.Module) -> Tensor:
-        f = branch(x)
-        if self.profiler is not None:
-            self.profiler.set_omega(self, x, f)
-        return layer_norm(torch.addcmul(f, x, self.omega))  # f + omega * x in one kernel, like stock x + f
+    def forward(self, x: Tensor, f: Tensor) -> Tensor:
+        return torch.addcmul(f, x, self.omega)  # f + omega * x in one kernel, like stock x + f
 
 
 def global_variance(t: Tensor) -> float:
@@ -60,6 +62,7 @@ class AdminProfiler:
         self.records: List[Dict[str, float]] = []
 
     def set_omega(self, residual: AdminResidual, x: Tensor, f: Tensor) -> None:
+        """Sublayer i's omega from the running ratio, before its residual sum is computed."""
         omega = self.ratio
         with torch.no_grad():
             residual.omega.fill_(omega)
@@ -70,25 +73,37 @@ class AdminProfiler:
             {"omega": omega, "residual_variance": residual_variance, "branch_variance": branch_variance}
         )
 
+    def before_residual(self, residual: AdminResidual, inputs) -> None:
+        """Forward pre-hook of an AdminResidual, whose inputs are (x_{i-1}, f_i(x_{i-1}))."""
+        self.set_omega(residual, *inputs)
+
 
 def admin_residuals(stack: nn.Module) -> List[AdminResidual]:
     """The stack's AdminResiduals in forward order (Clinic indices 1, 2, ... of that stack)."""
-    return [m for layer in stack.layers for m in layer.modules() if isinstance(m, AdminResidual)]
+    return [m for layer in all_layers(stack) for m in layer.modules() if isinstance(m, AdminResidual)]
 
 
 @contextmanager
 def admin_profiling(model: nn.Module):
-    """Attach one profiler per stack; the next forward pass sets omega sublayer by sublayer."""
+    """Attach one profiler per stack; the next forward pass sets omega sublayer by sublayer, every
+    sublayer once: LayerDrop is off while it lasts, and the profilers are gone after it."""
     profilers = {"encoder": AdminProfiler(), "decoder": AdminProfiler()}
-    for side, profiler in profilers.items():
-        for residual in admin_residuals(getattr(model, side)):
-            residual.profiler = profiler
+    handles = [
+        residual.register_forward_pre_hook(profiler.before_residual)
+        for side, profiler in profilers.items()
+        for residual in admin_residuals(getattr(model, side))
+    ]
+    layer_lists = [model.encoder.layers, model.decoder.layers]
+    list_modes = [layers.training for layers in layer_lists]
+    for layers in layer_lists:
+        layers.training = False  # a LayerDropModuleList skips layers only in training mode; the layers stay in it
     try:
         yield profilers
     finally:
-        for side in profilers:
-            for residual in admin_residuals(getattr(model, side)):
-                residual.profiler = None
+        for handle in handles:
+            handle.remove()
+        for layers, mode in zip(layer_lists, list_modes):
+            layers.training = mode
 
 
 def profile_admin(model: nn.Module, net_input: Dict[str, Tensor]) -> Dict[str, List[Dict[str, float]]]:

@@ -1,6 +1,7 @@
 """DeepNorm (Wang et al. 2022, "DeepNet: Scaling Transformers to 1,000 Layers").
 
-Residual (Sec. 3.1): ``x_{l+1} = LN(alpha * x_l + G_l(x_l, theta_l))``.
+Residual (Sec. 3.1): ``x_{l+1} = LN(alpha * x_l + G_l(x_l, theta_l))``: a Post-LN layout whose
+residual sum is ``alpha * x + G(x)`` (``DeepNormResidual``).
 Init (Figure 2 pseudocode): ``xavier_normal_(w, gain=beta)`` for ``fc1``, ``fc2``, ``v_proj`` and
 ``out_proj``; ``xavier_normal_(w, gain=1)`` for ``q_proj`` and ``k_proj``.
 Constants (Table 1 / Figure 2), N encoder and M decoder layers:
@@ -19,7 +20,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from deepnmt_plugin.models.method import Branch, DeepMethod, register_method
+from deepnmt_plugin.models.method import DeepMethod, all_layers, register_method
 
 
 def deepnorm_alpha(side: str, encoder_layers: int, decoder_layers: int) -> float:
@@ -43,15 +44,15 @@ def deepnorm_beta(side: str, encoder_layers: int, decoder_layers: int) -> float:
 
 
 class DeepNormResidual(nn.Module):
-    """``x_{l+1} = LN(alpha * x_l + G(x_l))``."""
+    """``alpha * x_l + G(x_l)``, the sum the layer then normalises: ``x_{l+1} = LN(alpha * x_l + G(x_l))``."""
 
     def __init__(self, alpha: float):
         super().__init__()
         self.alpha = alpha
 
-    def forward(self, x: Tensor, branch: Branch, layer_norm: nn.Module) -> Tensor:
+    def forward(self, x: Tensor, f: Tensor) -> Tensor:
         # G(x) + alpha * x in one kernel, as many as stock x + G(x): on a GPU small steps are launch-bound
-        return layer_norm(torch.add(branch(x), x, alpha=self.alpha))
+        return torch.add(f, x, alpha=self.alpha)
 
     def extra_repr(self) -> str:
         return f"alpha={self.alpha:.6g}"
@@ -77,5 +78,5 @@ class DeepNorm(DeepMethod):
     def initialize(self, model: nn.Module) -> None:
         for side, stack in (("encoder", model.encoder), ("decoder", model.decoder)):
             beta = deepnorm_beta(side, self.encoder_layers, self.decoder_layers)
-            for layer in stack.layers:
+            for layer in all_layers(stack):
                 deepnorm_init_(layer, beta)

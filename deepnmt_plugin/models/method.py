@@ -1,20 +1,26 @@
 """What a deep-Transformer recipe is made of, and the Post-LN baseline every recipe departs from.
 
-A recipe (``DeepMethod``) decides three things, each in one named place:
+A recipe (``DeepMethod``) decides four things, each in one named place:
 
-* the residual rule of every sublayer, ``x_i = rule(x_{i-1}, f_i, LN_i)`` (``residual``);
+* where each sublayer's LayerNorm sits (``layer_norm``): after the residual sum ("post"), at the
+  branch input ("pre"), or nowhere ("none");
+* the residual sum joining the sublayer input x_{i-1} and the branch output f_i (``residual``), e.g.
+  ``x + f`` or DeepNorm's ``alpha * x + f``; with "post", ``x_i = LN(sum)``;
 * the initialisation applied once the model is built (``initialize``);
 * which layouts it admits (``check_args``): e.g. DeepNorm is Post-LN only.
 
 Post-LN (Vaswani et al. 2017, the stock fairseq ``transformer``) is ``x_i = LN(x_{i-1} + f_i(x_{i-1}))``.
+
+Every constant a recipe derives from the depth is computed from ``recipe_layers(cfg)``: the
+``--encoder-layers/--decoder-layers`` the model was trained with, recorded in its config (and so in
+every checkpoint) when the arch is applied. ``--encoder-layers-to-keep`` prunes layers at load time;
+the kept layers keep the constants they were trained with.
 """
 
-from typing import Callable, Dict, Optional, Type
+from typing import Dict, Tuple, Type
 
 import torch.nn as nn
 from torch import Tensor
-
-Branch = Callable[[Tensor], Tensor]
 
 METHODS: Dict[str, Type["DeepMethod"]] = {}
 
@@ -31,11 +37,34 @@ class ArchitectureError(SystemExit):
         super().__init__(f"deepnmt: error: {message}")
 
 
-class PostNormResidual(nn.Module):
-    """Post-LN (Vaswani et al. 2017): ``x_i = LN(x_{i-1} + f_i(x_{i-1}))``."""
+class PlainResidual(nn.Module):
+    """The residual sum ``x_{i-1} + f_i(x_{i-1})`` of Post-LN, Pre-LN and T-Fixup."""
 
-    def forward(self, x: Tensor, branch: Branch, layer_norm: nn.Module) -> Tensor:
-        return layer_norm(x + branch(x))
+    def forward(self, x: Tensor, f: Tensor) -> Tensor:
+        return x + f
+
+
+def record_recipe_layers(args) -> None:
+    """Record the depth the recipe's constants are computed for, once: what the arch sees first is
+    ``--encoder-layers/--decoder-layers`` on the command line, or the checkpoint's saved config (where
+    fairseq has not yet shrunk ``encoder_layers`` for ``--encoder-layers-to-keep``)."""
+    if getattr(args, "recipe_layers", None) is None:
+        args.recipe_layers = [args.encoder_layers, args.decoder_layers]
+
+
+def recipe_layers(cfg) -> Tuple[int, int]:
+    """(encoder, decoder) depth the recipe's constants belong to: the trained depth, not the pruned one."""
+    encoder_layers, decoder_layers = getattr(cfg, "recipe_layers", None) or (cfg.encoder.layers, cfg.decoder.layers)
+    return int(encoder_layers), int(decoder_layers)
+
+
+#: fairseq transformer flags no recipe supports: refused at start-up (stock fairseq ignores or crashes on them).
+UNSUPPORTED_FLAGS = {
+    "base_layers": "BASE layers keep fairseq's own residual and LayerNorm, outside the recipe",
+    "adaptive_input": "fairseq's translation transformer builds no adaptive input embedding (a transformer_lm flag)",
+    "tie_adaptive_weights": "it ties the adaptive softmax to an adaptive input embedding, which is never built",
+    "char_inputs": "a deprecated fairseq flag that builds nothing",
+}
 
 
 @register_method
@@ -51,16 +80,19 @@ class DeepMethod:
         self.decoder_layers = decoder_layers
 
     def residual(self, side: str, embed_dim: int) -> nn.Module:
-        """The residual rule of one sublayer of the ``side`` ("encoder" or "decoder") stack."""
-        return PostNormResidual()
+        """The residual sum of one sublayer of the ``side`` ("encoder" or "decoder") stack."""
+        return PlainResidual()
 
     def initialize(self, model: nn.Module) -> None:
         """Re-initialise a freshly built model; Post-LN keeps fairseq's initialisation."""
 
     @classmethod
-    def check_args(cls, args, arch: Optional[str] = None) -> None:
-        """Refuse flags that contradict the recipe's layout."""
-        arch = arch or getattr(args, "arch", cls.name)
+    def check_args(cls, args, arch: str) -> None:
+        """Refuse, in one line at start-up, fairseq flags no recipe supports and flags contradicting this one."""
+        check_depth(args, arch)
+        for name, reason in UNSUPPORTED_FLAGS.items():
+            if getattr(args, name, None):
+                raise ArchitectureError(f"--{name.replace('_', '-')} is not supported by --arch {arch}: {reason}")
         wants_pre = cls.layer_norm == "pre"
         for side in ("encoder", "decoder"):
             if getattr(args, f"{side}_normalize_before", False) != wants_pre:
@@ -75,9 +107,32 @@ class DeepMethod:
             )
 
 
+def check_depth(args, arch: str) -> None:
+    """At least one layer per stack (every recipe's constants divide by, or take the log of, the depth), and
+    layers to keep that exist."""
+    for side in ("encoder", "decoder"):
+        layers = getattr(args, f"{side}_layers")
+        if layers < 1:
+            raise ArchitectureError(f"--{side}-layers {layers}: --arch {arch} needs at least 1 layer")
+        keep = getattr(args, f"{side}_layers_to_keep", None)
+        if isinstance(keep, list):  # parsed from fairseq-train's command line, where fairseq 0.12 crashes on it
+            raise ArchitectureError(
+                f"--{side}-layers-to-keep prunes a trained model when it is loaded: give it to fairseq-generate "
+                f"as --model-overrides \"{{'{side}_layers_to_keep': '{','.join(map(str, keep))}'}}\""
+            )
+        if keep and not all(0 <= int(i) < layers for i in keep.split(",")):
+            raise ArchitectureError(f"{side}_layers_to_keep {keep}: the model has layers 0 .. {layers - 1}")
+
+
 def method_for(cfg) -> DeepMethod:
-    """The recipe a model config names (``cfg.deep_method``, set by the arch), sized to its depth."""
+    """The recipe a model config names (``cfg.deep_method``, set by the arch), sized to its trained depth."""
     name = getattr(cfg, "deep_method", None) or "postln"
     if name not in METHODS:
         raise ArchitectureError(f"unknown deep method {name!r}; known: {', '.join(sorted(METHODS))}")
-    return METHODS[name](cfg.encoder.layers, cfg.decoder.layers)
+    return METHODS[name](*recipe_layers(cfg))
+
+
+def all_layers(stack: nn.Module):
+    """Every layer of an encoder or decoder, in order. Iterating ``stack.layers`` itself yields a random
+    subset in training mode when it is fairseq's ``LayerDropModuleList`` (``--encoder-layerdrop``)."""
+    return list(stack.layers.children())

@@ -15,9 +15,8 @@ to undo fairseq's gain 1/sqrt(2); we re-initialise those weights with gain 1 for
 
 import torch
 import torch.nn as nn
-from torch import Tensor
 
-from deepnmt_plugin.models.method import Branch, DeepMethod, register_method
+from deepnmt_plugin.models.method import DeepMethod, all_layers, register_method
 
 
 def tfixup_encoder_scale(encoder_layers: int) -> float:
@@ -33,13 +32,6 @@ def tfixup_decoder_scale(decoder_layers: int) -> float:
 def tfixup_embedding_scale(num_layers: int) -> float:
     """Input embedding scale (9L)^(-1/4) of an L-layer stack (T-Fixup Sec. 3.3)."""
     return (9 * num_layers) ** -0.25
-
-
-class PlainResidual(nn.Module):
-    """``x_i = x_{i-1} + f_i(x_{i-1})``: no LayerNorm."""
-
-    def forward(self, x: Tensor, branch: Branch, layer_norm: None) -> Tensor:
-        return x + branch(x)
 
 
 def tfixup_init_(layer: nn.Module, scale: float) -> None:
@@ -58,10 +50,7 @@ def tfixup_init_(layer: nn.Module, scale: float) -> None:
 @register_method
 class TFixup(DeepMethod):
     name = "tfixup"
-    layer_norm = "none"
-
-    def residual(self, side: str, embed_dim: int) -> nn.Module:
-        return PlainResidual()
+    layer_norm = "none"  # the residual sum stays x + f
 
     def initialize(self, model: nn.Module) -> None:
         encoder, decoder = model.encoder, model.decoder
@@ -69,7 +58,7 @@ class TFixup(DeepMethod):
             encoder.embed_tokens.weight.mul_(tfixup_embedding_scale(self.encoder_layers))
             if decoder.embed_tokens is not encoder.embed_tokens:
                 decoder.embed_tokens.weight.mul_(tfixup_embedding_scale(self.decoder_layers))
-        for layer in encoder.layers:
+        for layer in all_layers(encoder):
             tfixup_init_(layer, tfixup_encoder_scale(self.encoder_layers))
-        for layer in decoder.layers:
+        for layer in all_layers(decoder):
             tfixup_init_(layer, tfixup_decoder_scale(self.decoder_layers))

@@ -31,6 +31,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import II
 
+from deepnmt_plugin import compat
 from deepnmt_plugin.diagnostics import GROUPS, REFERENCE_FILE, Diagnostics, parse_groups
 from deepnmt_plugin.models.admin import profile_admin, set_analytic_omega, set_omega_from_file
 from deepnmt_plugin.tasks.divergence_guard import DivergenceGuard
@@ -167,6 +168,8 @@ class TranslationDeepTask(TranslationTask):
         model = super().build_model(cfg, from_checkpoint)
         # Kept so the train iterator request below can initialise omega before the optimizer exists.
         self.admin_model = model if hasattr(model, "admin_initialized") else None
+        if self.admin_model is not None:
+            model.omega_set_by_task = True
         return model
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
@@ -226,7 +229,7 @@ class TranslationDeepTask(TranslationTask):
         if not self.cfg.no_save and (not dist.is_initialized() or dist.get_rank() == 0):  # ranks agree
             os.makedirs(self.cfg.save_dir, exist_ok=True)
             path = os.path.join(self.cfg.save_dir, PROFILE_JSON)
-            with open(path, "w") as handle:
+            with compat.atomic_write(path) as partial, open(partial, "w") as handle:
                 json.dump(report, handle, indent=1)
             logger.info(f"admin: profile written to {path}")
 
