@@ -234,10 +234,22 @@ def translate_batch(
     translator, sources: List[List[str]], beam: int, max_len_a: float, max_len_b: int
 ) -> List[List[str]]:
     """CTranslate2 beam search set up as fairseq-generate's (length-normalised scores, padding never generated)."""
-    results = translator.translate_batch(
-        sources,
-        beam_size=beam,
-        max_decoding_length=fairseq_max_length(sources, max_len_a, max_len_b),
-        suppress_sequences=[["<blank>"]],  # fairseq's <pad>, renamed by the converter
-    )
-    return [result.hypotheses[0] for result in results]
+    return translate_batches(translator, [sources], beam, max_len_a, max_len_b)[0]
+
+
+def translate_batches(
+    translator, batches: List[List[List[str]]], beam: int, max_len_a: float, max_len_b: int
+) -> List[List[List[str]]]:
+    """``translate_batch`` of every batch, queued at once so that each of the translator's workers
+    (``inter_threads``) takes the next batch as soon as it is free; the results come back in order."""
+    pending = [
+        translator.translate_batch(
+            sources,
+            beam_size=beam,
+            max_decoding_length=fairseq_max_length(sources, max_len_a, max_len_b),
+            suppress_sequences=[["<blank>"]],  # fairseq's <pad>, renamed by the converter
+            asynchronous=True,
+        )
+        for sources in batches
+    ]
+    return [[result.result().hypotheses[0] for result in batch] for batch in pending]

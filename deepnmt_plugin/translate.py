@@ -15,7 +15,7 @@ from typing import Iterable, Iterator, List
 import ctranslate2
 
 from deepnmt_plugin.data import subwords
-from deepnmt_plugin.serving import TEXT_PROCESSING, TextProcessing, translate_batch
+from deepnmt_plugin.serving import TEXT_PROCESSING, TextProcessing, translate_batches
 
 
 class RawTextTranslator:
@@ -25,7 +25,7 @@ class RawTextTranslator:
     ----------
     model_dir : a directory written by :func:`deepnmt_plugin.serving.export_ctranslate2`.
     beam, max_len_a, max_len_b : fairseq-generate's ``--beam``, ``--max-len-a``, ``--max-len-b``.
-    threads : CPU threads of one translation (CTranslate2's ``intra_threads``).
+    threads : CPU threads, as one-thread workers translating batches in parallel (CTranslate2's ``inter_threads``).
     batch_size : sentences per beam search; a batch holds sentences of similar length.
     device : ``cpu``, ``cuda`` or ``auto``.
     """
@@ -34,7 +34,8 @@ class RawTextTranslator:
                  threads: int = 2, batch_size: int = 32, device: str = "cpu"):
         self.directory = Path(model_dir)
         self.steps = TextProcessing.load(self.directory)
-        self.translator = ctranslate2.Translator(str(self.directory), device=device, intra_threads=threads)
+        self.translator = ctranslate2.Translator(str(self.directory), device=device, inter_threads=threads,
+                                                 intra_threads=1)
         self.beam, self.max_len_a, self.max_len_b, self.batch_size = beam, max_len_a, max_len_b, batch_size
 
     def source_tokens(self, lines: Iterable[str]) -> List[List[str]]:
@@ -49,11 +50,11 @@ class RawTextTranslator:
         sources = self.source_tokens(lines)
         by_length = sorted((i for i, tokens in enumerate(sources) if tokens), key=lambda i: len(sources[i]))
         translations = [""] * len(lines)
-        for start in range(0, len(by_length), self.batch_size):
-            batch = by_length[start:start + self.batch_size]
-            hypotheses = translate_batch(self.translator, [sources[i] for i in batch], self.beam, self.max_len_a,
-                                         self.max_len_b)
-            for i, tokens in zip(batch, hypotheses):
+        batches = [by_length[start:start + self.batch_size] for start in range(0, len(by_length), self.batch_size)]
+        hypotheses = translate_batches(self.translator, [[sources[i] for i in batch] for batch in batches], self.beam,
+                                       self.max_len_a, self.max_len_b)
+        for batch, batch_hypotheses in zip(batches, hypotheses):
+            for i, tokens in zip(batch, batch_hypotheses):
                 translations[i] = self.steps.postprocess(tokens)
         return translations
 

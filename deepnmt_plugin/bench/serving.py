@@ -4,7 +4,8 @@
 One process loads the original checkpoint as fairseq-generate does (the plugin, ``prepare_for_inference_``, the task's
 ``build_generator``) and converts it to CTranslate2 twice (``deepnmt-export --format ctranslate2``, float32 and int8).
 All three translate the same batches: fairseq-generate's (``--max-tokens``/``--batch-size``, sorted by length), with the
-same beam, the same length limit (``a * batch width + b``) and the same CPU threads. What is timed is the beam search
+same beam, the same length limit (``a * batch width + b``) and the same CPU threads: fairseq's as intra-op threads,
+CTranslate2's as that many one-thread workers taking batches in turn (``inter_threads``, its throughput setting). What is timed is the beam search
 alone, on sentences already binarized: ``task.inference_step`` on a collated batch for fairseq, ``translate_batch`` on
 its tokens for CTranslate2; loading, start-up and text conversion are not. A first pass of each engine is untimed (and
 gives the hypotheses compared and scored); then every round runs the three in turn, rotating the order, so machine
@@ -34,7 +35,7 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from deepnmt_plugin import compat
 from deepnmt_plugin.reproduce import USER_DIR
 from deepnmt_plugin.scoring import score
-from deepnmt_plugin.serving import export_ctranslate2, translate_batch
+from deepnmt_plugin.serving import export_ctranslate2, translate_batches
 
 ENGINES = ("fairseq", "ctranslate2 float32", "ctranslate2 int8")
 # fairseq's --post-process names for the data-prep's subword models
@@ -92,14 +93,17 @@ def measure(args) -> dict:
         directory = workdir / engine.replace(" ", "_")
         steps = export_ctranslate2(args.checkpoint, str(directory), quantization, data)
         sizes[engine] = (directory / "model.bin").stat().st_size
-        translators[engine] = ctranslate2.Translator(str(directory), device="cpu", intra_threads=args.threads)
+        # the threads as parallel one-thread workers, each translating whole batches: CTranslate2's throughput
+        # setting, faster than intra-op threads on small models (fairseq has only intra-op threads)
+        translators[engine] = ctranslate2.Translator(str(directory), device="cpu", inter_threads=args.threads,
+                                                     intra_threads=1)
 
     def translate_all(engine) -> list:
         """The engine's best hypothesis of every sentence, in ``ids`` order: what each round times."""
         if engine == "fairseq":
             return [tokens for batch in batches for tokens in fairseq_engine.translate(batch)]
-        return [tokens for batch in sources
-                for tokens in translate_batch(translators[engine], batch, args.beam, args.max_len_a, args.max_len_b)]
+        return [tokens for batch in translate_batches(translators[engine], sources, args.beam, args.max_len_a,
+                                                      args.max_len_b) for tokens in batch]
 
     def as_text(engine, hypotheses: list) -> List[str]:
         return [target_dict.string(tokens) if engine == "fairseq" else " ".join(tokens) for tokens in hypotheses]
