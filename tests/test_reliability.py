@@ -1,8 +1,11 @@
 """Reliability through the real fairseq CLIs: exact resume after a kill, checkpoint averaging, every
 written checkpoint loading weights-only, the divergence guard, and one clear line for bad input."""
 
+import atexit
 import re
 import shutil
+import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -11,7 +14,7 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
 from conftest import USER_DIR, fairseq_cli
 from deepnmt_plugin import average_checkpoints, compat, export
-from deepnmt_plugin.tasks.divergence_guard import DivergenceError, DivergenceGuard
+from deepnmt_plugin.tasks.divergence_guard import DivergenceError, DivergenceGuard, exit_without_native_teardown
 from deepnmt_plugin.tasks.translation_deep import TaskFlagError
 from tiny_training import END, KILLED_AT, RECIPES, SAVE_EVERY, files_in, last_line, straight_run, train
 from tiny_training import one_thread_per_process  # noqa: F401  (autouse fixture)
@@ -138,6 +141,18 @@ def test_nan_stops_training_with_one_line_and_keeps_the_last_checkpoint(toy_data
     assert "Traceback" not in result.stderr and "crash.pt" not in files_in(tmp_path)
     saved = list(tmp_path.glob("*.pt"))
     assert saved and all(load(p)["optimizer_history"][-1]["num_updates"] == 1 for p in saved)
+
+
+def test_divergence_ends_only_fairseq_train_itself_without_native_teardown(monkeypatch):
+    """fairseq-train stopped mid-epoch ends by os._exit(1) at interpreter exit (its batch thread can make torch's
+    C++ teardown abort the process); a Python program that catches the error goes on, its exit left alone."""
+    registered = []
+    monkeypatch.setattr(atexit, "register", registered.append)
+    DivergenceError(3, "training loss is nan")  # here: pytest is __main__
+    assert registered == []
+    monkeypatch.setattr(sys.modules["__main__"], "__spec__", SimpleNamespace(name="fairseq_cli.train"))
+    DivergenceError(3, "training loss is nan")
+    assert registered == [exit_without_native_teardown]
 
 
 def test_loss_above_the_threshold_stops_training_before_any_save(toy_data, tmp_path):

@@ -19,12 +19,17 @@ shares, so all ranks stop at the same update:
 
 Either raises :class:`DivergenceError`, a ``SystemExit``: it passes fairseq's handlers (they catch
 ``FloatingPointError`` and ``Exception`` and write ``crash.pt``), no checkpoint is written after the
-diverged update, and the process prints one line and exits with status 1. The last checkpoint saved
-stays as it was.
+diverged update, and the process prints one line and exits with status 1 (as fairseq-train, without
+the native teardown that can abort it while its batch thread runs). The last checkpoint saved stays as
+it was.
 """
 
+import atexit
 import functools
+import logging
 import math
+import os
+import sys
 from typing import List, Optional
 
 import torch
@@ -39,6 +44,30 @@ class DivergenceError(SystemExit):
             f"deepnmt: diverged at update {update}: {reason}; stopped before saving, "
             "the last checkpoint written is left as it was"
         )
+        if running_fairseq_train():
+            atexit.register(exit_without_native_teardown)
+
+
+def running_fairseq_train() -> bool:
+    """This process is ``fairseq-train`` (its console script, or ``python -m fairseq_cli.train``), not a Python
+    program that called fairseq's ``main`` and may go on after the error."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    return (spec is not None and spec.name == "fairseq_cli.train") or (
+        os.path.basename(getattr(main, "__file__", None) or "") == "fairseq-train"
+    )
+
+
+def exit_without_native_teardown() -> None:
+    """End fairseq-train with status 1 once Python has printed the error's line, skipping the C++ teardown.
+
+    Stopped mid-epoch, the process still runs fairseq's background batch thread (``BufferedIterator``); torch's
+    native teardown can then abort it (SIGABRT, "terminate called without an active exception") after the line.
+    Registered last, this runs first among the exit handlers: it flushes the logs and stdio itself."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(1)
 
 
 def logged_loss(logging_outputs: List[dict]) -> Optional[float]:
