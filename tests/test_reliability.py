@@ -1,7 +1,7 @@
 """Reliability through the real fairseq CLIs: exact resume after a kill, checkpoint averaging, every
 written checkpoint loading weights-only, the divergence guard, and one clear line for bad input."""
 
-import atexit
+import os
 import re
 import shutil
 import sys
@@ -14,7 +14,7 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
 from conftest import USER_DIR, fairseq_cli
 from deepnmt_plugin import average_checkpoints, compat, export
-from deepnmt_plugin.tasks.divergence_guard import DivergenceError, DivergenceGuard, exit_without_native_teardown
+from deepnmt_plugin.tasks.divergence_guard import DivergenceError, DivergenceGuard, diverged
 from deepnmt_plugin.tasks.translation_deep import TaskFlagError
 from tiny_training import END, KILLED_AT, RECIPES, SAVE_EVERY, files_in, last_line, straight_run, train
 from tiny_training import one_thread_per_process  # noqa: F401  (autouse fixture)
@@ -143,16 +143,15 @@ def test_nan_stops_training_with_one_line_and_keeps_the_last_checkpoint(toy_data
     assert saved and all(load(p)["optimizer_history"][-1]["num_updates"] == 1 for p in saved)
 
 
-def test_divergence_ends_only_fairseq_train_itself_without_native_teardown(monkeypatch):
-    """fairseq-train stopped mid-epoch ends by os._exit(1) at interpreter exit (its batch thread can make torch's
-    C++ teardown abort the process); a Python program that catches the error goes on, its exit left alone."""
-    registered = []
-    monkeypatch.setattr(atexit, "register", registered.append)
-    DivergenceError(3, "training loss is nan")  # here: pytest is __main__
-    assert registered == []
+def test_divergence_ends_fairseq_train_at_once_and_lets_python_callers_go_on(monkeypatch):
+    """fairseq-train stopped mid-epoch ends by os._exit(1) after its line (its batch thread can make the interpreter's
+    exit abort the process); a Python program that called fairseq's main gets the error and goes on."""
+    exits = []
+    monkeypatch.setattr(os, "_exit", exits.append)
+    assert isinstance(diverged(3, "training loss is nan"), DivergenceError) and exits == []  # pytest is __main__
     monkeypatch.setattr(sys.modules["__main__"], "__spec__", SimpleNamespace(name="fairseq_cli.train"))
-    DivergenceError(3, "training loss is nan")
-    assert registered == [exit_without_native_teardown]
+    diverged(3, "training loss is nan")
+    assert exits == [1]
 
 
 def test_loss_above_the_threshold_stops_training_before_any_save(toy_data, tmp_path):

@@ -19,15 +19,14 @@ shares, so all ranks stop at the same update:
 
 Either raises :class:`DivergenceError`, a ``SystemExit``: it passes fairseq's handlers (they catch
 ``FloatingPointError`` and ``Exception`` and write ``crash.pt``), no checkpoint is written after the
-diverged update, and the process prints one line and exits with status 1 (as fairseq-train, without
-the native teardown that can abort it while its batch thread runs). The last checkpoint saved stays as
-it was.
+diverged update, and the process prints one line and exits with status 1 (fairseq-train ends right
+there, see :func:`diverged`). The last checkpoint saved stays as it was.
 """
 
-import atexit
 import functools
 import logging
 import math
+import multiprocessing
 import os
 import sys
 from typing import List, Optional
@@ -44,30 +43,37 @@ class DivergenceError(SystemExit):
             f"deepnmt: diverged at update {update}: {reason}; stopped before saving, "
             "the last checkpoint written is left as it was"
         )
-        if running_fairseq_train():
-            atexit.register(exit_without_native_teardown)
+
+
+def diverged(update: int, reason: str) -> DivergenceError:
+    """The error to raise; in fairseq-train itself, the process ends here instead, with the error's line and status 1.
+
+    Stopped mid-epoch, fairseq-train still runs its background batch thread (``BufferedIterator``), and the
+    interpreter's exit can then abort the process (SIGABRT, "terminate called without an active exception") after
+    the line. So it stops its DataLoader workers, flushes the logs and leaves by ``os._exit(1)``. A Python program
+    that called fairseq's ``main`` gets the error and may go on."""
+    error = DivergenceError(update, reason)
+    if running_fairseq_train():
+        workers = multiprocessing.active_children()  # the DataLoader's: they would report the vanished parent
+        for worker in workers:
+            worker.terminate()
+        for worker in workers:
+            worker.join(timeout=10)
+        logging.shutdown()  # flushes every log handler
+        sys.stdout.flush()
+        sys.stderr.write(f"{error.code}\n")
+        sys.stderr.flush()
+        os._exit(1)
+    return error
 
 
 def running_fairseq_train() -> bool:
-    """This process is ``fairseq-train`` (its console script, or ``python -m fairseq_cli.train``), not a Python
-    program that called fairseq's ``main`` and may go on after the error."""
+    """This process is ``fairseq-train`` (its console script, or ``python -m fairseq_cli.train``)."""
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     return (spec is not None and spec.name == "fairseq_cli.train") or (
         os.path.basename(getattr(main, "__file__", None) or "") == "fairseq-train"
     )
-
-
-def exit_without_native_teardown() -> None:
-    """End fairseq-train with status 1 once Python has printed the error's line, skipping the C++ teardown.
-
-    Stopped mid-epoch, the process still runs fairseq's background batch thread (``BufferedIterator``); torch's
-    native teardown can then abort it (SIGABRT, "terminate called without an active exception") after the line.
-    Registered last, this runs first among the exit handlers: it flushes the logs and stdio itself."""
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    os._exit(1)
 
 
 def logged_loss(logging_outputs: List[dict]) -> Optional[float]:
@@ -108,13 +114,13 @@ class DivergenceGuard:
                 self.overflowed()
                 raise
             except FloatingPointError as error:  # fp16/AMP: the loss scale hit --min-loss-scale
-                raise DivergenceError(self.update, str(error).split(". ")[0]) from None
+                raise diverged(self.update, str(error).split(". ")[0]) from None
             if torch.isfinite(grad_norm).all():
                 self.overflows = 0
             elif loss_scaled:  # AMP: fairseq retries or skips this batch and lowers the loss scale
                 self.overflowed()
             else:
-                raise DivergenceError(self.update, f"gradient norm is {utils.item(grad_norm)}")
+                raise diverged(self.update, f"gradient norm is {utils.item(grad_norm)}")
             return grad_norm
 
         return guarded
@@ -122,7 +128,7 @@ class DivergenceGuard:
     def overflowed(self) -> None:
         self.overflows += 1
         if self.overflows >= self.overflow_patience:
-            raise DivergenceError(
+            raise diverged(
                 self.update,
                 f"{self.overflows} gradient overflows in a row in fp16/AMP, each one skipped "
                 f"(--divergence-overflow-patience {self.overflow_patience})",
@@ -134,6 +140,6 @@ class DivergenceGuard:
         if loss is None:
             return
         if not math.isfinite(loss):
-            raise DivergenceError(self.update, f"training loss is {loss}")
+            raise diverged(self.update, f"training loss is {loss}")
         if self.max_loss is not None and loss > self.max_loss:
-            raise DivergenceError(self.update, f"training loss {loss:.3f} > --divergence-max-loss {self.max_loss:g}")
+            raise diverged(self.update, f"training loss {loss:.3f} > --divergence-max-loss {self.max_loss:g}")
