@@ -105,7 +105,8 @@ def fold_admin(model: StateDict, cfg: dict) -> Tuple[StateDict, dict]:
         raise ExportError(f"cannot export Admin with {between[0]}: omega_1 is folded through the embedding tables")
     if cfg.get("cross_self_attention"):  # the decoder's keys and values read the encoder output, which has no omega
         raise ExportError("cannot export Admin with --cross-self-attention: its self-attention reads the encoder "
-                          "output and the decoder input through the same projections, and only the latter carries omega")
+                          "output and the decoder input through the same projections, and only the latter carries "
+                          "omega")
     for side in ("encoder", "decoder"):
         producer = None  # the LayerNorm whose output the next sublayer reads; None: the embeddings
         for residual, layer_norm, projections in sublayers(side, cfg[f"{side}_layers"]):

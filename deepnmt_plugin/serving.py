@@ -230,18 +230,12 @@ def fairseq_max_length(sources: Sequence[Sequence[str]], max_len_a: float, max_l
     return int(max_len_a * (max(len(tokens) for tokens in sources) + 1) + max_len_b)
 
 
-def translate_batch(
-    translator, sources: List[List[str]], beam: int, max_len_a: float, max_len_b: int
-) -> List[List[str]]:
-    """CTranslate2 beam search set up as fairseq-generate's (length-normalised scores, padding never generated)."""
-    return translate_batches(translator, [sources], beam, max_len_a, max_len_b)[0]
-
-
 def translate_batches(
     translator, batches: List[List[List[str]]], beam: int, max_len_a: float, max_len_b: int
 ) -> List[List[List[str]]]:
-    """``translate_batch`` of every batch, queued at once so that each of the translator's workers
-    (``inter_threads``) takes the next batch as soon as it is free; the results come back in order."""
+    """CTranslate2 beam search set up as fairseq-generate's (length-normalised scores, padding never generated) on
+    every batch, queued at once so that each of the translator's workers (``inter_threads``) takes the next batch as
+    soon as it is free; the best hypotheses come back in order."""
     pending = [
         translator.translate_batch(
             sources,

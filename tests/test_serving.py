@@ -24,7 +24,7 @@ from deepnmt_plugin.data.__main__ import RECIPES
 from deepnmt_plugin.data.pipeline import read_lines, stamp_output, write_lines
 from deepnmt_plugin.export import ExportError, export_checkpoint
 from deepnmt_plugin.export import main as export_main
-from deepnmt_plugin.serving import RECIPE_TEXT_STEPS, TextProcessing, export_ctranslate2, translate_batch
+from deepnmt_plugin.serving import RECIPE_TEXT_STEPS, TextProcessing, export_ctranslate2, translate_batches
 from deepnmt_plugin.translate import RawTextTranslator
 from deepnmt_plugin.translate import main as translate_main
 from tiny_training import checkpoint_of, hypotheses
@@ -123,7 +123,7 @@ def ctranslate2_hypotheses(model_dir, generate_output: str) -> dict:
     length limit reads the widest source of the batch)."""
     found = sources(generate_output)
     translator = ctranslate2.Translator(str(model_dir), device="cpu", intra_threads=1)
-    translated = translate_batch(translator, list(found.values()), BEAM, MAX_LEN_A, MAX_LEN_B)
+    [translated] = translate_batches(translator, [list(found.values())], BEAM, MAX_LEN_A, MAX_LEN_B)
     return {i: " ".join(tokens) for i, tokens in zip(found, translated)}
 
 

@@ -5,12 +5,12 @@ One process loads the original checkpoint as fairseq-generate does (the plugin, 
 ``build_generator``) and converts it to CTranslate2 twice (``deepnmt-export --format ctranslate2``, float32 and int8).
 All three translate the same batches: fairseq-generate's (``--max-tokens``/``--batch-size``, sorted by length), with the
 same beam, the same length limit (``a * batch width + b``) and the same CPU threads: fairseq's as intra-op threads,
-CTranslate2's as that many one-thread workers taking batches in turn (``inter_threads``, its throughput setting). What is timed is the beam search
-alone, on sentences already binarized: ``task.inference_step`` on a collated batch for fairseq, ``translate_batch`` on
-its tokens for CTranslate2; loading, start-up and text conversion are not. A first pass of each engine is untimed (and
-gives the hypotheses compared and scored); then every round runs the three in turn, rotating the order, so machine
-noise falls on all alike. Reported: sentences/s per engine (median and best round) and the median of the per-round
-ratios to fairseq.
+CTranslate2's as that many one-thread workers taking batches in turn (``inter_threads``, its throughput setting). What
+is timed is the beam search alone, on sentences already binarized: ``task.inference_step`` on a collated batch for
+fairseq, ``translate_batches`` on their tokens for CTranslate2; loading, start-up and text conversion are not. A first
+pass of each engine is untimed (and gives the hypotheses compared and scored); then every round runs the three in turn,
+rotating the order, so machine noise falls on all alike. Reported: sentences/s per engine (median and best round) and
+the median of the per-round ratios to fairseq.
 
 Where a hypothesis reaches the length limit, fairseq forces ``</s>`` and scores it while CTranslate2 stops without it,
 so the two can rank such hypotheses differently; elsewhere they differ only by floating-point rounding.
