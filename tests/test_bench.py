@@ -36,6 +36,8 @@ def test_parse_curve_and_losses():
     text = log([6.2, 5.4, 5.1], [1.5, 2.25, 2.125], 4.875)
     assert depth.update_norm_curve(text) == [[2, 1.5], [4, 2.25], [6, 2.125]]
     assert depth.final_valid_loss(text) == 4.875
+    assert depth.valid_loss_curve(text + "\n" + VALID.format(loss=4.5).replace("num_updates 4", "num_updates 8")) == [
+        [4, 4.875], [8, 4.5]]
 
 
 def test_micro_sweep_writes_json_table_and_plots(toy_data, tmp_path, capsys):
@@ -206,7 +208,7 @@ def test_study_micro_trains_generates_scores_and_resumes(toy_data, tmp_path, cap
     assert sum(study_cell(workdir, name)["status"] == "converged" for name in ("preln_1L-1L", "preln_2L-2L")) >= 1
     samples = (workdir / "samples.md").read_text()  # the first test sentences as every converged cell translated them
     assert samples.count("- source: ") == 6 and "  - preln_1L-1L: " in samples
-    for name in ("bleu_vs_depth.png", "update_norm_1L.png", "update_norm_2L.png"):
+    for name in ("bleu_vs_depth.png", "update_norm_1L.png", "update_norm_2L.png", "valid_loss_vs_update.png"):
         assert (workdir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| deepnorm_2L-2L_ckpt | 2 |" in (workdir / "results.md").read_text()
 

@@ -126,6 +126,12 @@ def final_valid_loss(log: str) -> Optional[float]:
     return float(losses[-1]) if losses else None
 
 
+def valid_loss_curve(log: str) -> List[List[float]]:
+    """[[update, validation loss], ...] from fairseq's valid lines, one per validation."""
+    return [[int(update), float(loss)]
+            for loss, update in re.findall(r"\| valid \|.*?\| loss (\S+) \|.*?\| num_updates (\d+)", log)]
+
+
 def classify(log: str, returncode: int) -> str:
     """diverged (the project's rule, or a non-finite validation loss), failed (a crash that is not a
     divergence, e.g. out of memory), or converged."""

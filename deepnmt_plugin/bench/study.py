@@ -15,7 +15,8 @@ deepest first, the CPU cores split between them as OMP threads.
 Outputs in ``--workdir`` (default ``runs/depth_study``), over every finished cell there, this invocation's and earlier
 ones': ``results.csv`` (one row a cell), ``results.md``,
 ``bleu_vs_depth.png`` (DeepNet Fig. 1/3), ``update_norm_<depth>L.png`` (DeepNet Fig. 5: early model
-update, each method under its schedule), ``samples.md`` (the first test sentences as each cell translated them)
+update, each method under its schedule), ``valid_loss_vs_update.png`` (still learning, or stalled),
+``samples.md`` (the first test sentences as each cell translated them)
 and, per cell, ``train_command.txt`` (its exact ``fairseq-train``), ``train.log``, ``generate.txt``, ``scores.json``.
 """
 
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from deepnmt_plugin.bench.depth import (CONVERGED, FAILED, METHODS, classify, final_valid_loss, plot_vs_depth, say,
-                                        update_norm_curve)
+                                        update_norm_curve, valid_loss_curve)
 from deepnmt_plugin.reproduce import DIVERGED, USER_DIR, diverged_log
 
 RESULT_COLUMNS = ["method", "encoder_layers", "decoder_layers", "updates", "valid_loss", "test_bleu", "diverged",
@@ -309,6 +310,23 @@ def write_plots(results: List[dict], workdir: Path, preset: StudyPreset) -> List
         written.append(workdir / f"update_norm_{depth}L.png")
         figure.savefig(written[-1], dpi=100, bbox_inches="tight")
         plt.close(figure)
+
+    # whether a cell that ends low is still learning (needs more updates) or stalled (at the unigram loss)
+    depths = sorted({r["encoder_layers"] for r in plotted})
+    figure, panels = plt.subplots(1, len(depths), figsize=(3.2 * len(depths), 3.6), sharey=True, squeeze=False)
+    for axes, depth in zip(panels[0], depths):
+        for run in (r for r in plotted if r["encoder_layers"] == depth):
+            log = workdir / run["name"] / "train.log"
+            curve = valid_loss_curve(log.read_text()) if log.exists() else []
+            if curve:
+                axes.plot(*zip(*curve), label=run["method"] + ("" if run["status"] == CONVERGED else f" ({run['status']})"))
+        axes.set(title=f"{depth}L-{depth}L", xlabel="update")
+        axes.legend(fontsize="x-small")
+    panels[0][0].set_ylabel("validation loss (label-smoothed, bits)")
+    figure.suptitle("Validation loss vs update, each method under its own schedule", y=1.02)
+    written.append(workdir / "valid_loss_vs_update.png")
+    figure.savefig(written[-1], dpi=100, bbox_inches="tight")
+    plt.close(figure)
     return written
 
 
