@@ -282,6 +282,11 @@ def generate_lines(path: Path) -> dict:
     return sentences
 
 
+def method_color(method: str) -> str:
+    """One colour per method in every plot, whichever methods a depth has."""
+    return f"C{list(METHODS).index(method)}"
+
+
 def write_plots(results: List[dict], workdir: Path, preset: StudyPreset) -> List[Path]:
     logging.getLogger("matplotlib").setLevel(logging.WARNING)  # importing fairseq set the root logger to DEBUG
     import matplotlib
@@ -302,7 +307,8 @@ def write_plots(results: List[dict], workdir: Path, preset: StudyPreset) -> List
         for run in (r for r in plotted if r["encoder_layers"] == depth and r["update_norm"]):
             steps, values = zip(*run["update_norm"])
             warmup = f"warmup {preset.warmup_updates}" if run["method"] in WARMUP_METHODS else "no warmup"
-            axes.plot(steps, values, label=f"{run['method']} ({warmup})" + ("" if run["status"] == CONVERGED else ", diverged"))
+            axes.plot(steps, values, color=method_color(run["method"]),
+                      label=f"{run['method']} ({warmup})" + ("" if run["status"] == CONVERGED else ", diverged"))
         axes.set(title=f"Model update, {depth}L-{depth}L, each method under its own schedule", xlabel="update",
                  ylabel="||F(x, θ_t) − F(x, θ_0)||", yscale="log")
         axes.set_xlim(0, 2 * preset.warmup_updates)  # early training: warmup and as long again
@@ -319,7 +325,8 @@ def write_plots(results: List[dict], workdir: Path, preset: StudyPreset) -> List
             log = workdir / run["name"] / "train.log"
             curve = valid_loss_curve(log.read_text()) if log.exists() else []
             if curve:
-                axes.plot(*zip(*curve), label=run["method"] + ("" if run["status"] == CONVERGED else f" ({run['status']})"))
+                axes.plot(*zip(*curve), color=method_color(run["method"]),
+                          label=run["method"] + ("" if run["status"] == CONVERGED else f" ({run['status']})"))
         axes.set(title=f"{depth}L-{depth}L", xlabel="update")
         axes.legend(fontsize="x-small")
     panels[0][0].set_ylabel("validation loss (label-smoothed, bits)")
