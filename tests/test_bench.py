@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from deepnmt_plugin.bench import depth
+from deepnmt_plugin.bench import depth, layers
 
 TRAIN_INNER = ("2026-01-01 | INFO | train_inner | epoch 001:      {n} / 11 loss={loss}, nll_loss=5.1, ppl=34.3, "
                "num_updates={n}, lr=0.0005, gnorm=1.2, update_norm={norm}, wall=3")
@@ -38,6 +38,38 @@ def test_parse_curve_and_losses():
     assert depth.final_valid_loss(text) == 4.875
     assert depth.valid_loss_curve(text + "\n" + VALID.format(loss=4.5).replace("num_updates 4", "num_updates 8")) == [
         [4, 4.875], [8, 4.5]]
+
+
+LAYERS = ("2026-01-01 | INFO | train_inner | epoch 001:     {n} / 933 loss=9.3, num_updates={n}, gnorm=0.5, "
+          "gnorm/enc.00={e0}, gnorm/enc.01={e1}, gnorm/dec.00={d0}, gnorm/dec.01=0.25, gnorm/other=0.2, "
+          "beta/enc.00.attn=0.875, beta/enc.00.ffn=0.5, beta/dec.00.cross=0.125, update_norm=10.5, wall=0")
+
+
+def test_layer_values_plot_and_errors(tmp_path, capsys):
+    text = "\n".join([LAYERS.format(n=10, e0=0.125, e1=0.25, d0=0.5), LAYERS.format(n=20, e0="1.5e-13", e1=0.5, d0="None")])
+    assert layers.layer_values(text, "gnorm") == {
+        10: {"enc": [0.125, 0.25], "dec": [0.5, 0.25]},
+        20: {"enc": [1.5e-13, 0.5], "dec": [0.25]},  # None: not measured since the previous line
+    }
+    assert layers.layer_values(text, "beta", "cross") == {10: {"dec": [0.125]}, 20: {"dec": [0.125]}}
+    assert layers.layer_values(text, "omega", "attn") == {}
+
+    log = tmp_path / "admin_50L" / "train.log"
+    log.parent.mkdir()
+    log.write_text(text)
+    assert layers.main([str(log), "--updates", "10", "20", "--out", str(tmp_path / "gnorm.png")]) == 0
+    assert (tmp_path / "gnorm.png").read_bytes()[:4] == b"\x89PNG"
+    for argv, error in [
+        (["--updates", "30"], "gnorm was not measured at update 30 (measured at 2 updates, 10 to 20)"),
+        (["--key", "omega", "--sublayer", "ffn", "--updates", "10"], "no train_inner line has omega (ffn) per layer; "
+         "train with --task translation_deep --diagnostics-interval K --diagnostics-groups omega"),
+        (["--key", "beta", "--updates", "10"], "--key beta: name the sublayer, --sublayer {attn,cross,ffn}"),
+        (["--sublayer", "ffn", "--updates", "10"], "--key gnorm: gnorm is per layer, drop --sublayer"),
+    ]:
+        with pytest.raises(SystemExit):
+            layers.main([str(log), "--out", str(tmp_path / "x.png"), *argv])
+        assert error in capsys.readouterr().err
+    assert not (tmp_path / "x.png").exists()
 
 
 def test_micro_sweep_writes_json_table_and_plots(toy_data, tmp_path, capsys):

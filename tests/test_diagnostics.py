@@ -14,6 +14,7 @@ from fairseq import checkpoint_utils, options, tasks
 from fairseq.logging import metrics
 
 from conftest import TINY_DIMS, USER_DIR, fairseq_cli
+from deepnmt_plugin.bench.layers import layer_values
 from deepnmt_plugin.diagnostics import REFERENCE_FILE, Diagnostics, Probe, gradient_norms
 from deepnmt_plugin.tasks.translation_deep import TaskFlagError
 
@@ -242,6 +243,9 @@ def test_fairseq_train_logs_diagnostics_once_per_update(toy_data, tmp_path):
         layers = [float(v) for k, v in line.items() if k.startswith("gnorm/")]
         assert len(layers) == 5 and math.sqrt(sum(v * v for v in layers)) == pytest.approx(float(line["gnorm"]), abs=1e-3)
         assert len([k for k in line if k.startswith(("ln_input/", "beta/", "omega/", "omega_std/"))]) == 40
+    # the per-layer plot reads the same values from the JSON log
+    assert layer_values(log, "gnorm")[3] == {stack: [float(lines[-1][f"gnorm/{stack}.{i}"]) for i in range(2)] for stack in ("enc", "dec")}
+    assert layer_values(log, "beta", "cross")[3] == {"dec": [float(lines[-1][f"beta/dec.{i}.cross"]) for i in range(2)]}
 
     events = b"".join(path.read_bytes() for path in (tmp_path / "tensorboard" / "train_inner").iterdir())
     assert all(tag in events for tag in (b"update_norm", b"gnorm/enc.1", b"ln_input/dec.1.cross", b"beta/enc.0.ffn", b"omega_std/dec.0.attn"))
