@@ -141,6 +141,28 @@ def test_warmup_updates_change_the_schedule_the_budget_and_the_default_workdir(t
         depth.main(["--data", str(toy_data), "--micro", "--warmup-updates", "3", "--cpu"])
 
 
+def test_lr_overrides_the_peak_lr_of_sweep_and_study_for_every_method(toy_data, tmp_path, monkeypatch):
+    from deepnmt_plugin.bench import study
+
+    monkeypatch.chdir(tmp_path)
+    kept = tmp_path / "runs" / "bench_depth" / "4x512_lr0.001" / "postln_2L" / "result.json"
+    kept.parent.mkdir(parents=True)
+    kept.write_text(json.dumps({"method": "postln", "depth": 2, "budget": depth.budget(depth.PRESETS["micro"])}))
+    with pytest.raises(SystemExit, match=r"4x512_lr0.001/postln_2L/result.json was trained with another budget"):
+        depth.main(["--data", str(toy_data), "--micro", "--lr", "1e-3", "--cpu"])
+
+    planned = {}
+    monkeypatch.setattr(study, "run", lambda args, preset, threads: planned.update(preset=preset) or 0)
+    assert depth.main(["--data", str(toy_data), "--preset", "study", "--lr", "0.001", "--depths", "50"]) == 0
+    assert planned["preset"] == replace(study.STUDY, lr=0.001, depths=(50,), checkpointed=())
+    for method in ("postln", "preln", "admin", "deepnorm", "tfixup"):
+        command = study.train_command("data", study.Cell(method, 50, 50), planned["preset"], Path("s"), cpu=True)
+        assert command[command.index("--lr") + 1] == "0.001"
+    for bad in ("0", "-1e-3", "nan", "fast"):
+        with pytest.raises(SystemExit):
+            depth.parse_arguments(["--data", "d", "--lr", bad])
+
+
 def test_throughput_reports_every_arch_against_the_baseline(toy_data, capsys):
     """Interleaved rounds on the same batches, a ratio per arch, and Admin's one-off costs."""
     from deepnmt_plugin.bench import throughput

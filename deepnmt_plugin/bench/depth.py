@@ -263,6 +263,8 @@ def parse_arguments(argv=None):
                         help="override the preset's updates (e.g. a few, to time the full preset's steps)")
     parser.add_argument("--warmup-updates", type=positive_int, default=0,
                         help="warm the lr up over this many updates (inverse_sqrt) instead of keeping it constant")
+    parser.add_argument("--lr", type=positive_float,
+                        help="override the preset's peak learning rate, the same for every method")
     parser.add_argument("--workdir", help="runs, logs, JSON, tables and plots "
                                           "(default: runs/bench_depth/<updates>x<tokens>[_warmup<N>])")
     parser.add_argument("--cpu", action="store_true", help="train on the CPU even when CUDA is available")
@@ -277,12 +279,13 @@ def main(argv=None) -> int:
         return run_study(args)
     preset = PRESETS[args.preset]
     preset = replace(preset, depths=tuple(args.depths or preset.depths), max_update=args.max_update or preset.max_update,
-                     warmup_updates=args.warmup_updates)
+                     warmup_updates=args.warmup_updates, lr=args.lr or preset.lr)
     args.data_bin = data_bin(args.data, folder="data-bin-sentences")  # the quickstart's corpus
     args.cpu = args.cpu or not cuda_available()
     # named by the budget, so a --quick sweep and a full one share their runs
     workdir = Path(args.workdir or f"runs/bench_depth/{preset.max_update}x{preset.max_tokens}"
-                   + (f"_warmup{preset.warmup_updates}" if preset.warmup_updates else ""))
+                   + (f"_warmup{preset.warmup_updates}" if preset.warmup_updates else "")
+                   + (f"_lr{preset.lr:g}" if args.lr else ""))
     args.workdir = str(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     plan = [(m, d) for d in preset.depths for m in args.methods]
@@ -329,7 +332,7 @@ def run_study(args) -> int:
     preset = replace(preset, depths=tuple(depth for depth in depths if depth not in checkpointed_only),
                      checkpointed=tuple(cell for cell in preset.checkpointed if cell[1] in depths or not args.depths),
                      max_update=args.max_update or preset.max_update,
-                     warmup_updates=args.warmup_updates or preset.warmup_updates)
+                     warmup_updates=args.warmup_updates or preset.warmup_updates, lr=args.lr or preset.lr)
     args.data_bin = data_bin(args.data)
     args.cpu = args.cpu or not cuda_available()
     args.workdir = args.workdir or f"runs/{args.preset.replace('-', '_')}"
@@ -347,6 +350,16 @@ def positive_int(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
     return int(text)
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
 
 
 def available_cores() -> int:
