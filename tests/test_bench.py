@@ -2,6 +2,7 @@
 
 import csv
 import json
+import shutil
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -262,6 +263,18 @@ def test_study_micro_trains_generates_scores_and_resumes(toy_data, tmp_path, cap
     assert sum(study_cell(workdir, name)["status"] == "converged" for name in ("preln_1L-1L", "preln_2L-2L")) >= 1
     samples = (workdir / "samples.md").read_text()  # the first test sentences as every converged cell translated them
     assert samples.count("- source: ") == 6 and "  - preln_1L-1L: " in samples
+    # the records alone (no log, no generate output: what docs/ keeps) redraw the same samples and curves
+    records = tmp_path / "records"
+    for kept_record in workdir.glob("*/result.json"):
+        (records / kept_record.parent.name).mkdir(parents=True)
+        shutil.copy(kept_record, records / kept_record.parent.name)
+    kept = study.kept_results(records, study.STUDY_MICRO)
+    study.write_samples(kept, records, records / "samples.md")
+    assert (records / "samples.md").read_text() == samples
+    for result in kept:
+        curve = depth.valid_loss_curve((workdir / result["name"] / "train.log").read_text())
+        assert result["valid_loss_curve"] == curve and curve[-1] == [result["updates"], result["valid_loss"]]
+    assert [path.name for path in study.write_plots(kept, records, study.STUDY_MICRO)][-1] == "valid_loss_vs_update.png"
     for name in ("bleu_vs_depth.png", "update_norm_1L.png", "update_norm_2L.png", "valid_loss_vs_update.png"):
         assert (workdir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| deepnorm_2L-2L_ckpt | 2 |" in (workdir / "results.md").read_text()

@@ -41,6 +41,7 @@ from deepnmt_plugin.reproduce import DIVERGED, USER_DIR, diverged_log
 RESULT_COLUMNS = ["method", "encoder_layers", "decoder_layers", "updates", "valid_loss", "test_bleu", "diverged",
                   "peak_rss_gib"]
 PROGRESS_EVERY = 100
+SAMPLES = 6  # test sentences kept per cell (result.json) and shown in samples.md
 PROGRESS_LINE = re.compile(r"\| (?P<kind>train_inner|valid) \|.*?loss[= ](?P<loss>[^,\s|]+).*?num_updates[= ](?P<update>\d+)")
 # Post-LN, Admin and DeepNorm warm up in their papers' recipes; T-Fixup and Pre-LN are proposed to need no warmup.
 WARMUP_METHODS = ("postln", "admin", "deepnorm")
@@ -190,7 +191,7 @@ def run_cell(args, cell: Cell, preset: StudyPreset, threads: Optional[int]) -> d
         progress_path.write_text(json.dumps(progress))
         log = log_path.read_text()
     status = classify(log, progress["returncode"])
-    scores = None
+    scores = samples = None
     if status == CONVERGED:
         generated, scores_path = directory / "generate.txt", directory / "scores.json"
         if not scores_path.exists():
@@ -200,12 +201,15 @@ def run_cell(args, cell: Cell, preset: StudyPreset, threads: Optional[int]) -> d
             subprocess.run([sys.executable, "-m", "deepnmt_plugin.scoring", str(generated), "--source-lang", "de",
                             "--target-lang", "en", "--json", str(scores_path)], stdout=subprocess.DEVNULL, check=True)
         scores = json.loads(scores_path.read_text())
+        samples = sample_sentences(generate_lines(generated)) if generated.exists() else None
     result = {
         **asdict(cell), "name": cell.name, "budget": budget(preset), "status": status,
         "updates": last_update(log), "valid_loss": final_valid_loss(log),
         "test_bleu": scores["sacrebleu"] if scores else None, "scores": scores,
         "peak_rss_gib": round(progress["rss_kib"] / 2**20, 2), "seconds": round(progress["seconds"]),
-        "seconds_per_update": seconds_per_update(log), "update_norm": update_norm_curve(log), "log": str(log_path),
+        "seconds_per_update": seconds_per_update(log), "update_norm": update_norm_curve(log),
+        # the record alone redraws every plot and table: the log and the generate output need not be kept
+        "valid_loss_curve": valid_loss_curve(log), "samples": samples, "log": str(log_path),
     }
     if status != FAILED:  # a crash (out of memory, a bad flag) is retried by the next invocation, from its checkpoint
         result_path.write_text(json.dumps(result, indent=1))
@@ -257,13 +261,26 @@ def write_markdown(results: List[dict], path: Path, title: str) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def write_samples(results: List[dict], workdir: Path, path: Path, count: int = 6) -> None:
+def sample_sentences(sentences: dict, count: int = SAMPLES) -> List[dict]:
+    """The first ``count`` of ``generate_lines``' sentences, as kept in a cell's result.json."""
+    return [{"id": number, **sentences[number]} for number in sorted(sentences)[:count]]
+
+
+def kept_samples(result: dict, workdir: Path) -> dict:
+    """{sentence id: {"S", "T", "H"}}: the cell's kept samples, else those of its generate.txt, else none."""
+    if result.get("samples"):
+        return {sample["id"]: {key: sample[key] for key in "STH"} for sample in result["samples"]}
+    generated = workdir / result["name"] / "generate.txt"
+    return generate_lines(generated) if generated.exists() else {}
+
+
+def write_samples(results: List[dict], workdir: Path, path: Path, count: int = SAMPLES) -> None:
     """The first ``count`` test sentences as each converged cell translated them: BLEU is read beside them."""
-    cells = [r for r in results if r["status"] == CONVERGED and (workdir / r["name"] / "generate.txt").exists()]
-    if not cells:
+    outputs = {r["name"]: kept_samples(r, workdir) for r in results if r["status"] == CONVERGED}
+    outputs = {name: output for name, output in outputs.items() if output}
+    if not outputs:
         return
-    outputs = {r["name"]: generate_lines(workdir / r["name"] / "generate.txt") for r in cells}
-    first = outputs[cells[0]["name"]]
+    first = next(iter(outputs.values()))
     lines = ["### Sample test translations (detokenization aside, as scored)", ""]
     for sentence in sorted(first)[:count]:
         lines += [f"- source: {first[sentence]['S']}", f"  - reference: {first[sentence]['T']}"]
@@ -323,7 +340,7 @@ def write_plots(results: List[dict], workdir: Path, preset: StudyPreset) -> List
     for axes, depth in zip(panels[0], depths):
         for run in (r for r in plotted if r["encoder_layers"] == depth):
             log = workdir / run["name"] / "train.log"
-            curve = valid_loss_curve(log.read_text()) if log.exists() else []
+            curve = run.get("valid_loss_curve") or (valid_loss_curve(log.read_text()) if log.exists() else [])
             if curve:
                 axes.plot(*zip(*curve), color=method_color(run["method"]),
                           label=run["method"] + ("" if run["status"] == CONVERGED else f" ({run['status']})"))
