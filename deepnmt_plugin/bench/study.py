@@ -335,15 +335,18 @@ def write_plots(results: List[dict], workdir: Path, preset: StudyPreset) -> List
         plt.close(figure)
 
     # whether a cell that ends low is still learning (needs more updates) or stalled (at the unigram loss)
-    depths = sorted({r["encoder_layers"] for r in plotted})
+    curves = {}
+    for run in plotted:
+        log = workdir / run["name"] / "train.log"
+        curves[run["name"]] = run.get("valid_loss_curve") or (valid_loss_curve(log.read_text()) if log.exists() else [])
+    depths = sorted({r["encoder_layers"] for r in plotted if curves[r["name"]]})  # a panel per depth with curves
+    if not depths:
+        return written
     figure, panels = plt.subplots(1, len(depths), figsize=(3.2 * len(depths), 3.6), sharey=True, squeeze=False)
     for axes, depth in zip(panels[0], depths):
-        for run in (r for r in plotted if r["encoder_layers"] == depth):
-            log = workdir / run["name"] / "train.log"
-            curve = run.get("valid_loss_curve") or (valid_loss_curve(log.read_text()) if log.exists() else [])
-            if curve:
-                axes.plot(*zip(*curve), color=method_color(run["method"]),
-                          label=run["method"] + ("" if run["status"] == CONVERGED else f" ({run['status']})"))
+        for run in (r for r in plotted if r["encoder_layers"] == depth and curves[r["name"]]):
+            axes.plot(*zip(*curves[run["name"]]), color=method_color(run["method"]),
+                      label=run["method"] + ("" if run["status"] == CONVERGED else f" ({run['status']})"))
         axes.set(title=f"{depth}L-{depth}L", xlabel="update")
         axes.legend(fontsize="x-small")
     panels[0][0].set_ylabel("validation loss (label-smoothed, bits)")
