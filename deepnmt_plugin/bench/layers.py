@@ -46,7 +46,8 @@ def plot(runs: Dict[str, Dict[int, Dict[str, List[float]]]], updates: List[int],
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(len(runs), 2, figsize=(10, 3.5 * len(runs)), squeeze=False, sharey=True)
+    figure, axes = plt.subplots(len(runs), 2, figsize=(10, 3.5 * len(runs)), squeeze=False, sharey=True,
+                               layout="constrained")  # no title over the xlabel above it
     colors = plt.get_cmap("viridis")([i / max(1, len(updates) - 1) for i in range(len(updates))])
     values = [v for by_update in runs.values() for stacks in by_update.values() for vs in stacks.values() for v in vs]
     # log y when the values span orders of magnitude (vanishing gradients), linear for beta and omega
