@@ -266,7 +266,7 @@ def parse_arguments(argv=None):
     parser.add_argument("--lr", type=positive_float,
                         help="override the preset's peak learning rate, the same for every method")
     parser.add_argument("--workdir", help="runs, logs, JSON, tables and plots "
-                                          "(default: runs/bench_depth/<updates>x<tokens>[_warmup<N>])")
+                                          "(default: runs/bench_depth/<updates>x<tokens>[_warmup<N>][_lr<X>])")
     parser.add_argument("--cpu", action="store_true", help="train on the CPU even when CUDA is available")
     parser.add_argument("--jobs", type=positive_int, default=1,
                         help="runs trained at once (CPU: the cores are split between them; CUDA: they share the GPU)")
