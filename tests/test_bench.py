@@ -259,7 +259,10 @@ def test_study_micro_trains_generates_scores_and_resumes(toy_data, tmp_path, cap
     command = (workdir / "preln_1L-1L" / "train_command.txt").read_text()
     assert " -m fairseq_cli.train " in command and " --arch transformer_preln --encoder-layers 1 " in command
     ckpt = study_cell(workdir, "deepnorm_2L-2L_ckpt")
-    assert ckpt["checkpoint_activations"] and "checkpoint_activations=True" in (workdir / ckpt["name"] / "train.log").read_text()
+    ckpt_log = (workdir / ckpt["name"] / "train.log").read_text()
+    assert ckpt["checkpoint_activations"] and "checkpoint_activations=True" in ckpt_log
+    assert "--flush-denormal: subnormal floats are flushed to zero on the CPU" in ckpt_log
+    assert "--flush-denormal" not in command
     assert sum(study_cell(workdir, name)["status"] == "converged" for name in ("preln_1L-1L", "preln_2L-2L")) >= 1
     samples = (workdir / "samples.md").read_text()  # the first test sentences as every converged cell translated them
     assert samples.count("- source: ") == 6 and "  - preln_1L-1L: " in samples

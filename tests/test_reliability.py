@@ -181,6 +181,19 @@ def test_guard_flags_are_checked_when_the_task_starts(flags, message, toy_data):
         tasks.setup_task(args)
 
 
+def test_flush_denormal_makes_subnormal_results_zero_once_the_task_starts(toy_data):
+    subnormal = torch.tensor([1e-39])  # below float32's smallest normal, 1.18e-38
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        str(toy_data), "--user-dir", USER_DIR, "--task", "translation_deep", "--arch", DEEPNORM, "--flush-denormal"])
+    try:
+        assert (subnormal * 1.0).item() > 0
+        tasks.setup_task(args)
+        assert (subnormal * 1.0).item() == 0 and (subnormal * 1e10).item() == 0 and torch.tensor([1e-37]).item() > 0
+    finally:
+        torch.set_flush_denormal(False)
+    assert (subnormal * 1.0).item() > 0
+
+
 def loss_scaled_optimizer(data, *flags):
     """A real fairseq fp16 or AMP optimizer over one parameter, on the CPU: fp16 without the flat fp32
     copy (CUDA only), AMP with torch's GradScaler for the CPU device where fairseq builds a CUDA one."""
