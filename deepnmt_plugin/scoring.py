@@ -7,6 +7,9 @@
 * sacreBLEU: on detokenized hypotheses (sacremoses, target language) against detokenized references,
   or against a sacreBLEU test set (``--sacrebleu-test-set wmt14/full``), with its signature.
 
+Beside BLEU it counts the distinct hypotheses and how many sentences got the most frequent one: a model that
+writes one sentence for every input (a target-side language model that ignores the source) shows as 1 distinct.
+
 ``python -m deepnmt_plugin.scoring GENERATE_OUTPUT --target-lang de [--data-bin DIR] [--sacrebleu-test-set ...]``
 prints the scores and writes them as JSON with ``--json``. Output that misses a sentence is refused, not
 scored: every sentence id from 0 on must have its hypothesis and reference, and with ``--data-bin`` every
@@ -19,6 +22,7 @@ import json
 import os
 import re
 import sys
+from collections import Counter
 from typing import Dict, List, Optional, Tuple
 
 import sacrebleu
@@ -104,6 +108,7 @@ def score(
         sacrebleu_references = [detokenizer.detokenize(r.split()) for r in references]
     metric = sacrebleu.metrics.BLEU()
     sacre = metric.corpus_score(detokenized, [sacrebleu_references])
+    hypothesis_counts = Counter(hypotheses)
     return {
         "bleu_tokenized": round(tokenized_bleu(hypotheses, references), 2),
         "bleu_compound_split": round(
@@ -112,6 +117,8 @@ def score(
         "sacrebleu": round(sacre.score, 2),
         "sacrebleu_signature": str(metric.get_signature()),
         "sentences": len(hypotheses),
+        "distinct_hypotheses": len(hypothesis_counts),
+        "most_frequent_hypothesis_count": hypothesis_counts.most_common(1)[0][1],
     }
 
 

@@ -225,6 +225,13 @@ def test_scores_on_a_small_real_output(tmp_path):
     split = sacrebleu.corpus_bleu([compound_split(h) for h in hyps], [[compound_split(r) for r in refs]], tokenize="none")
     assert scores["bleu_compound_split"] == round(split.score, 2) != scores["bleu_tokenized"]
     assert scores["sacrebleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
+    assert (scores["distinct_hypotheses"], scores["most_frequent_hypothesis_count"]) == (3, 1)
+
+
+def test_scores_count_a_source_blind_output_as_one_distinct_hypothesis():
+    hypotheses = ["the file already exists ."] * 3 + ["create new"]
+    scores = score(hypotheses, ["a", "b", "c", "create new rule"], "en")
+    assert (scores["distinct_hypotheses"], scores["most_frequent_hypothesis_count"]) == (2, 3)
 
 
 @pytest.mark.parametrize(
