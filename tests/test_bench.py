@@ -164,6 +164,20 @@ def test_lr_overrides_the_peak_lr_of_sweep_and_study_for_every_method(toy_data, 
             depth.parse_arguments(["--data", "d", "--lr", bad])
 
 
+def test_max_update_overrides_the_study_checkpointed_cells_own_updates(toy_data, monkeypatch):
+    from deepnmt_plugin.bench import study
+
+    planned = {}
+    monkeypatch.setattr(study, "run", lambda args, preset, threads: planned.update(preset=preset) or 0)
+    assert depth.main(["--data", str(toy_data), "--preset", "study", "--methods", "deepnorm", "--depths", "500"]) == 0
+    assert planned["preset"].checkpointed == (("deepnorm", 500, 500, 1000), ("postln", 500, 500, 300))
+    assert depth.main(["--data", str(toy_data), "--preset", "study", "--depths", "500", "--max-update", "3000"]) == 0
+    assert planned["preset"].checkpointed == (("deepnorm", 500, 500, 3000), ("postln", 500, 500, 3000))
+    (cell,) = [cell for cell in study.cells(planned["preset"], ["deepnorm"]) if cell.layers == 1000]
+    command = study.train_command("data", cell, planned["preset"], Path("s"), cpu=True)
+    assert command[command.index("--max-update") + 1] == "3000"
+
+
 def test_throughput_reports_every_arch_against_the_baseline(toy_data, capsys):
     """Interleaved rounds on the same batches, a ratio per arch, and Admin's one-off costs."""
     from deepnmt_plugin.bench import throughput

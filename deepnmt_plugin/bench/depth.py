@@ -260,7 +260,7 @@ def parse_arguments(argv=None):
     parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
     parser.add_argument("--depths", nargs="+", type=int, help="override the preset's depths")
     parser.add_argument("--max-update", type=positive_int,
-                        help="override the preset's updates (e.g. a few, to time the full preset's steps)")
+                        help="override the preset's updates, every cell's (study: the checkpointed cells' own too)")
     parser.add_argument("--warmup-updates", type=positive_int, default=0,
                         help="warm the lr up over this many updates (inverse_sqrt) instead of keeping it constant")
     parser.add_argument("--lr", type=positive_float,
@@ -326,11 +326,14 @@ def run_study(args) -> int:
     from deepnmt_plugin.bench import study
 
     preset = study.STUDY if args.preset == "study" else study.STUDY_MICRO
-    # --depths picks the grid's depths and the checkpointed cells at those depths; 500 picks only the latter
+    # --depths picks the grid's depths and the checkpointed cells at those depths; 500 picks only the latter;
+    # --max-update overrides the checkpointed cells' own updates too
     depths = tuple(args.depths or preset.depths)
     checkpointed_only = {cell[1] for cell in preset.checkpointed} - set(preset.depths)
     preset = replace(preset, depths=tuple(depth for depth in depths if depth not in checkpointed_only),
-                     checkpointed=tuple(cell for cell in preset.checkpointed if cell[1] in depths or not args.depths),
+                     checkpointed=tuple((method, encoder, decoder, args.max_update or updates)
+                                        for method, encoder, decoder, updates in preset.checkpointed
+                                        if encoder in depths or not args.depths),
                      max_update=args.max_update or preset.max_update,
                      warmup_updates=args.warmup_updates or preset.warmup_updates, lr=args.lr or preset.lr)
     args.data_bin = data_bin(args.data)
