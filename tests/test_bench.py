@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from deepnmt_plugin.bench import depth, layers
+from deepnmt_plugin.bench import curves, depth, layers
 
 TRAIN_INNER = ("2026-01-01 | INFO | train_inner | epoch 001:      {n} / 11 loss={loss}, nll_loss=5.1, ppl=34.3, "
                "num_updates={n}, lr=0.0005, gnorm=1.2, update_norm={norm}, wall=3")
@@ -69,6 +69,28 @@ def test_layer_values_plot_and_errors(tmp_path, capsys):
     ]:
         with pytest.raises(SystemExit):
             layers.main([str(log), "--out", str(tmp_path / "x.png"), *argv])
+        assert error in capsys.readouterr().err
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_curves_join_a_cell_and_its_continuation_and_refuse_files_without_losses(tmp_path, capsys):
+    cell = tmp_path / "result.json"  # a study cell's record, then the log of the run that trained it on
+    cell.write_text(json.dumps({"valid_loss_curve": [[100, 9.5], [2000, 6.5]]}))
+    continued = tmp_path / "train.log"
+    continued.write_text(VALID.format(loss=6.25).replace("num_updates 4", "num_updates 3000") + "\n"
+                         + VALID.format(loss=6.5).replace("num_updates 4", "num_updates 2000"))
+    assert curves.read_curve([cell, continued]) == [[100, 9.5], [2000, 6.5], [3000, 6.25]]
+    out = tmp_path / "valid.png"
+    assert curves.main(["--curve", "lr 2e-3", str(cell), str(continued), "--curve", "lr 1e-3", str(continued),
+                        "--out", str(out)]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    empty = tmp_path / "empty.log"
+    empty.write_text("no validation here\n")
+    for argv, error in [(["--curve", "a", str(empty)], "--curve a: no validation loss in"),
+                        (["--curve", "a"], "--curve a: name the logs or result.json files after the label"),
+                        (["--curve", "a", str(tmp_path / "gone.log")], "--curve a: no such file:")]:
+        with pytest.raises(SystemExit):
+            curves.main([*argv, "--out", str(tmp_path / "x.png")])
         assert error in capsys.readouterr().err
     assert not (tmp_path / "x.png").exists()
 
