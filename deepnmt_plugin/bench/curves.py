@@ -9,11 +9,11 @@ its last checkpoint. This compares one cell under other schedules (peak lr, warm
 
 import argparse
 import json
-import logging
 import sys
 from pathlib import Path
 from typing import Dict, List
 
+from deepnmt_plugin.bench import pyplot
 from deepnmt_plugin.bench.depth import valid_loss_curve
 
 
@@ -30,11 +30,7 @@ def read_curve(paths: List[Path]) -> List[List[float]]:
 
 
 def plot(curves: Dict[str, List[List[float]]], title: str, path: Path) -> None:
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # importing fairseq set the root logger to DEBUG
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     figure, axes = plt.subplots(figsize=(7, 4.5))
     for label, curve in curves.items():

@@ -21,7 +21,6 @@ CUDA they share the GPU, whose tiny-model steps are bound by kernel launches, no
 
 import argparse
 import json
-import logging
 import math
 import os
 import re
@@ -34,6 +33,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import List, Optional
 
+from deepnmt_plugin.bench import pyplot
 from deepnmt_plugin.reproduce import DIVERGED, USER_DIR, data_bin, diverged_log
 
 METHODS = {  # method -> arch; the dims below override every size the arch names
@@ -195,11 +195,7 @@ def write_markdown(runs: List[dict], path: Path, title: str, footer: str) -> Non
 
 
 def write_plots(runs: List[dict], workdir: Path) -> List[Path]:
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # importing fairseq set the root logger to DEBUG
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     written = []
     for depth in sorted({r["depth"] for r in runs}):
@@ -226,7 +222,7 @@ def write_plots(runs: List[dict], workdir: Path) -> List[Path]:
 def plot_vs_depth(by_method: dict, title: str, ylabel: str, path: Path) -> None:
     """One line per method through its (depth, value) points; a value of None (a run that did not converge) is an x
     on the bottom edge."""
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     figure, axes = plt.subplots(figsize=(6, 4))
     for method, points in ((m, sorted(p)) for m, p in by_method.items() if p):

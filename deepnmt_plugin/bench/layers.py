@@ -8,11 +8,12 @@ in the stack gradients vanish and at which update.
 """
 
 import argparse
-import logging
 import re
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional
+
+from deepnmt_plugin.bench import pyplot
 
 KEYS = ("gnorm", "ln_input", "beta", "omega", "omega_std")
 SUBLAYERS = ("attn", "cross", "ffn")
@@ -40,11 +41,7 @@ def layer_values(log: str, key: str, sublayer: Optional[str] = None) -> Dict[int
 
 def plot(runs: Dict[str, Dict[int, Dict[str, List[float]]]], updates: List[int], ylabel: str, path: Path) -> None:
     """One row per run (label -> layer_values), encoder and decoder side by side, one line per update."""
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # importing fairseq set the root logger to DEBUG
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     figure, axes = plt.subplots(len(runs), 2, figsize=(10, 3.5 * len(runs)), squeeze=False, sharey=True,
                                layout="constrained")  # no title over the xlabel above it

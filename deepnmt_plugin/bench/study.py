@@ -22,7 +22,6 @@ and, per cell, ``train_command.txt`` (its exact ``fairseq-train``), ``train.log`
 
 import csv
 import json
-import logging
 import os
 import re
 import shlex
@@ -34,6 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import List, Optional
 
+from deepnmt_plugin.bench import pyplot
 from deepnmt_plugin.bench.depth import (CONVERGED, FAILED, METHODS, classify, final_valid_loss, plot_vs_depth, say,
                                         update_norm_curve, valid_loss_curve)
 from deepnmt_plugin.reproduce import DIVERGED, USER_DIR, diverged_log
@@ -307,11 +307,7 @@ def method_color(method: str) -> str:
 
 
 def write_plots(results: List[dict], workdir: Path, preset: StudyPreset) -> List[Path]:
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # importing fairseq set the root logger to DEBUG
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     grid = [r for r in results if not r["checkpoint_activations"]]
     # the grid, and the checkpointed cells at depths beyond it (500L); the 100L twin only measures memory and time
