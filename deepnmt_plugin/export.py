@@ -29,7 +29,9 @@ Each recipe is re-parameterised as a stock layout computing the same function (e
     and encoder and decoder tables, scaled by different omegas, are untied (``share_all_embeddings``
     off, decoder input/output still shared).
 
-* T-Fixup has no LayerNorm; stock fairseq's transformer always has one per sublayer: refused.
+* DS-Init: a Post-LN model; only its initialisation differs, so it is exported as it is.
+* T-Fixup, ReZero (no LayerNorm), Sub-LN (inner LayerNorms), B2T, ResiDual and DLCL (connections across
+  sublayers or layers) have no stock layout: refused in one line, the recipe's ``export_refusal``.
 """
 
 import argparse
@@ -46,6 +48,7 @@ from fairseq.tasks.translation import TranslationConfig
 
 from deepnmt_plugin import compat
 from deepnmt_plugin.models.deepnorm import deepnorm_alpha
+from deepnmt_plugin.models.method import METHODS
 
 # Our archs are transformer_<method><size>; stock fairseq names the same sizes so.
 STOCK_ARCHS = {
@@ -61,6 +64,13 @@ class ExportError(SystemExit):
 
     def __init__(self, message: str):
         super().__init__(f"deepnmt: error: {message}")
+
+
+def stock_layout_refusal(method: str) -> str:
+    """Why ``method``'s models have no stock fairseq layout ("" when they have one)."""
+    if method not in METHODS:
+        return f"no stock fairseq layout for deep method {method!r}"
+    return METHODS[method].export_refusal and f"transformer_{method}: {METHODS[method].export_refusal}"
 
 
 def sublayers(side: str, layers: int) -> List[Tuple[str, str, List[str]]]:
@@ -194,18 +204,14 @@ def export(state: dict, path: str = "checkpoint") -> dict:
         raise ExportError(
             f"{path} is not a deepnmt checkpoint (arch {model_cfg.get('arch')}); it loads without the plugin already"
         )
-    if method == "tfixup":
-        raise ExportError(
-            f"cannot export {path}: transformer_tfixup has no LayerNorm, and stock fairseq's transformer "
-            "normalises every sublayer; serve it with --user-dir"
-        )
+    refusal = stock_layout_refusal(method)
+    if refusal:
+        raise ExportError(f"cannot export {path}: {refusal}; serve it with --user-dir")
     model, flags = state["model"], {}
     if method == "deepnorm":
         model = fold_deepnorm(model, model_cfg)
     elif method == "admin":
         model, flags = fold_admin(model, model_cfg)
-    elif method != "preln":
-        raise ExportError(f"cannot export {path}: no stock fairseq layout for deep method {method!r}")
     return {
         "args": None,
         "cfg": stock_config(state["cfg"], flags),

@@ -29,7 +29,7 @@ from sacremoses import MosesDetokenizer
 from deepnmt_plugin import compat
 from deepnmt_plugin.data import moses
 from deepnmt_plugin.data.subwords import MODEL_NAMES as SUBWORD_MODEL_NAMES
-from deepnmt_plugin.export import ExportError, export
+from deepnmt_plugin.export import ExportError, export, stock_layout_refusal
 
 TEXT_PROCESSING = "text_processing.json"
 README_RECIPE = re.compile(r"built by deepnmt's data-prep \(([^)]+)\)\.")
@@ -131,11 +131,9 @@ def stock_checkpoint(state: dict, path: str) -> dict:
     """``state`` as a stock fairseq transformer checkpoint: exported in memory when it is a deepnmt one."""
     model_cfg = (state.get("cfg") or {}).get("model")
     method = model_cfg.get("deep_method") if isinstance(model_cfg, dict) else getattr(model_cfg, "deep_method", None)
-    if method == "tfixup":
-        raise ExportError(
-            f"cannot convert {path} to CTranslate2: transformer_tfixup has no LayerNorm, and CTranslate2's "
-            "Transformer normalises every sublayer (Pre-LN or Post-LN); serve it with fairseq --user-dir"
-        )
+    refusal = method and stock_layout_refusal(method)
+    if refusal:
+        raise ExportError(f"cannot convert {path} to CTranslate2: {refusal}; serve it with fairseq --user-dir")
     return state if model_cfg is not None and method is None else export(state, path)
 
 

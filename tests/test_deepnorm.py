@@ -99,7 +99,7 @@ def test_residual_rule_measured_with_hooks(build_model):
 def test_residual_module_formula():
     residual = DeepNormResidual(alpha=2.5)
     x, f = torch.randn(3, 4), torch.randn(3, 4)
-    torch.testing.assert_close(residual(x, f), 2.5 * x + f)  # the layer's LayerNorm comes after
+    torch.testing.assert_close(residual(x, f, x), 2.5 * x + f)  # the layer's LayerNorm comes after
 
 
 def test_init_reaches_every_layer_under_layerdrop(build_model):

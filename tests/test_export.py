@@ -15,6 +15,7 @@ from fairseq.models.transformer import TransformerModel
 from conftest import TINY_DIMS, USER_DIR, fairseq_cli
 from deepnmt_plugin import compat
 from deepnmt_plugin.export import ExportError, export, export_checkpoint
+from deepnmt_plugin.models.method import METHODS
 from tiny_training import checkpoint_of, hypotheses, straight_run
 from tiny_training import one_thread_per_process  # noqa: F401  (autouse fixture)
 
@@ -121,15 +122,25 @@ def test_admin_export_is_exact_for_every_embedding_layout(flags, build_model, to
     assert_same_function(original, exported, toy_data)
 
 
-def test_what_cannot_be_exported_is_refused_with_one_line(build_model, trained, tmp_path):
-    tfixup, args = build_model("transformer_tfixup_iwslt_de_en", *TINY_DIMS, "--encoder-layers", 1,
-                               "--decoder-layers", 1)
+@pytest.mark.parametrize("method", ["tfixup", "rezero", "subln", "b2t", "resi_dual", "dlcl"])
+def test_recipes_without_a_stock_layout_are_refused_in_one_line(method, build_model):
+    model, args = build_model(f"transformer_{method}_iwslt_de_en", *TINY_DIMS, "--encoder-layers", 1,
+                              "--decoder-layers", 1)
     with pytest.raises(ExportError) as refused:
-        export(checkpoint_of(tfixup, args), "tfixup.pt")
-    assert str(refused.value) == (
-        "deepnmt: error: cannot export tfixup.pt: transformer_tfixup has no LayerNorm, and stock fairseq's "
-        "transformer normalises every sublayer; serve it with --user-dir"
-    )
+        export(checkpoint_of(model, args), "model.pt")
+    assert str(refused.value) == (f"deepnmt: error: cannot export model.pt: transformer_{method}: "
+                                  f"{METHODS[method].export_refusal}; serve it with --user-dir")
+
+
+def test_dsinit_exports_as_the_post_ln_model_it_is(build_model, toy_data, tmp_path):
+    model, args = build_model("transformer_dsinit_iwslt_de_en", *TINY_DIMS, "--encoder-layers", 2,
+                              "--decoder-layers", 2)
+    exported = export(checkpoint_of(model, args), "dsinit.pt")
+    assert exported["cfg"]["model"]["arch"] == "transformer_iwslt_de_en"
+    assert exported["model"].keys() == model.state_dict().keys()
+
+
+def test_what_cannot_be_exported_is_refused_with_one_line(build_model, trained, tmp_path):
 
     admin, args = randomized_admin(build_model, "--decoder-output-dim", 32)
     with pytest.raises(ExportError, match="^deepnmt: error: cannot export Admin with decoder.project_out_dim.weight"):

@@ -10,7 +10,7 @@ def test_layer_norm_sits_inside_the_branch(build_model):
     layer = model.encoder.layers[1]
     seen = {}
     layer.register_forward_pre_hook(lambda mod, inp: seen.__setitem__("in", inp[0]))
-    layer.register_forward_hook(lambda mod, inp, out: seen.__setitem__("out", out))
+    layer.register_forward_hook(lambda mod, inp, out: seen.__setitem__("out", out[0]))  # (output, branch sum)
     layer.self_attn_layer_norm.register_forward_pre_hook(lambda mod, inp: seen.__setitem__("ln_in", inp[0]))
     layer.self_attn_layer_norm.register_forward_hook(lambda mod, inp, out: seen.__setitem__("ln_out", out))
     layer.self_attn.register_forward_pre_hook(lambda mod, args, kwargs: seen.__setitem__("attn_in", kwargs["query"]), with_kwargs=True)
@@ -25,7 +25,7 @@ def test_layer_norm_sits_inside_the_branch(build_model):
     final = model.encoder.layer_norm
     assert final is not None and model.decoder.layer_norm is not None
     last = {}
-    model.encoder.layers[-1].register_forward_hook(lambda mod, inp, out: last.__setitem__("out", out))
+    model.encoder.layers[-1].register_forward_hook(lambda mod, inp, out: last.__setitem__("out", out[0]))
     encoder_out = model.encoder(torch.randint(4, 30, (2, 6)), src_lengths=torch.tensor([6, 6]))
     torch.testing.assert_close(encoder_out["encoder_out"][0], final(last["out"]))
 

@@ -195,9 +195,8 @@ def test_tfixup_is_refused_in_one_line(prepared, tmp_path):
                              tmp_path / "out", "--format", "ctranslate2"], capture_output=True, text=True, timeout=600)
     assert result.returncode == 1 and not result.stdout and not (tmp_path / "out").exists()
     assert result.stderr.strip().splitlines() == [
-        f"deepnmt: error: cannot convert {tmp_path / 'tfixup.pt'} to CTranslate2: transformer_tfixup has no "
-        "LayerNorm, and CTranslate2's Transformer normalises every sublayer (Pre-LN or Post-LN); serve it with "
-        "fairseq --user-dir"
+        f"deepnmt: error: cannot convert {tmp_path / 'tfixup.pt'} to CTranslate2: transformer_tfixup: T-Fixup has "
+        "no LayerNorm, and stock fairseq's transformer normalises every sublayer; serve it with fairseq --user-dir"
     ]
 
 

@@ -42,6 +42,12 @@ METHODS = {  # method -> arch; the dims below override every size the arch names
     "admin": "transformer_admin",
     "deepnorm": "transformer_deepnorm",
     "tfixup": "transformer_tfixup",
+    "subln": "transformer_subln",
+    "b2t": "transformer_b2t",
+    "resi_dual": "transformer_resi_dual",
+    "dlcl": "transformer_dlcl",
+    "rezero": "transformer_rezero",
+    "dsinit": "transformer_dsinit",
 }
 TINY = [  # 64-128-2
     "--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128",

@@ -43,8 +43,9 @@ RESULT_COLUMNS = ["method", "encoder_layers", "decoder_layers", "updates", "vali
 PROGRESS_EVERY = 100
 SAMPLES = 6  # test sentences kept per cell (result.json) and shown in samples.md
 PROGRESS_LINE = re.compile(r"\| (?P<kind>train_inner|valid) \|.*?loss[= ](?P<loss>[^,\s|]+).*?num_updates[= ](?P<update>\d+)")
-# Post-LN, Admin and DeepNorm warm up in their papers' recipes; T-Fixup and Pre-LN are proposed to need no warmup.
-WARMUP_METHODS = ("postln", "admin", "deepnorm")
+# Every recipe warms up in its authors' training settings but T-Fixup and Pre-LN, proposed to need no warmup
+# (ReZero's paper makes no such claim for translation; its code publishes no NMT recipe).
+WARMUP_METHODS = ("postln", "admin", "deepnorm", "subln", "b2t", "resi_dual", "dlcl", "rezero", "dsinit")
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ class AdminResidual(nn.Module):
         super().__init__()
         self.omega = nn.Parameter(torch.ones(embed_dim))
 
-    def forward(self, x: Tensor, f: Tensor) -> Tensor:
+    def forward(self, x: Tensor, f: Tensor, layer_input: Tensor) -> Tensor:
         return torch.addcmul(f, x, self.omega)  # f + omega * x in one kernel, like stock x + f
 
 
@@ -74,8 +74,8 @@ class AdminProfiler:
         )
 
     def before_residual(self, residual: AdminResidual, inputs) -> None:
-        """Forward pre-hook of an AdminResidual, whose inputs are (x_{i-1}, f_i(x_{i-1}))."""
-        self.set_omega(residual, *inputs)
+        """Forward pre-hook of an AdminResidual, whose inputs are (x_{i-1}, f_i(x_{i-1}), the layer's input)."""
+        self.set_omega(residual, inputs[0], inputs[1])
 
 
 def admin_residuals(stack: nn.Module) -> List[AdminResidual]:

@@ -6,13 +6,16 @@ bases that keep every submodule name (``self_attn``, ``self_attn_layer_norm``, `
 ``encoder_attn_layer_norm``, ``fc1``, ``fc2``, ``final_layer_norm``). Their forward is fairseq's, with
 each sublayer's residual sum ``x + f`` replaced by a small module of the recipe (``self_attn_residual``,
 ``encoder_attn_residual``, ``ffn_residual``) and each LayerNorm where the recipe puts it, so the
-per-method math lives in ``preln.py``, ``deepnorm.py``, ``tfixup.py`` and ``admin.py``. Everything
-is TorchScript-able, as fairseq's own transformer is.
+per-method math lives in one file per recipe (``preln.py``, ``deepnorm.py``, ...). The encoder's and
+decoder's layer loops are fairseq's, with the recipe's stack connection called before, between and after
+the layers (DLCL, ResiDual). Everything is TorchScript-able, as fairseq's own transformer is.
 """
 
-from typing import Dict, Final, List, Optional
+from typing import Dict, Final, List, Optional, Tuple
 
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
@@ -24,13 +27,14 @@ from fairseq.models.transformer import (
     transformer_iwslt_de_en,
     transformer_vaswani_wmt_en_de_big,
 )
-from fairseq.modules import FairseqDropout
+from fairseq.modules import FairseqDropout, LayerNorm
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 from torch import Tensor
 
 from deepnmt_plugin.models.admin import OMEGA_UNSET
-from deepnmt_plugin.models.method import METHODS, ArchitectureError, method_for, record_recipe_layers
+from deepnmt_plugin.models.method import (METHODS, ArchitectureError, check_depth, method_for,
+                                          record_recipe_layers)
 
 
 def _wrap_like_fairseq(layer, cfg):
@@ -63,35 +67,67 @@ def name_dropout_like_fairseq(module, fairseq_class, dropout_attributes) -> None
         setattr(module, attribute, RetainableDropout(getattr(module, attribute).p, names))
 
 
-class FeedForwardSublayer:
-    """The FFN sublayer both layer kinds end with: branch ``dropout(fc2(act_dropout(act(fc1(x)))))``, joined by
-    the recipe's residual sum, its LayerNorm where the recipe puts it."""
+class NormalizedInputLinear(nn.Linear):
+    """``linear(LN(x))``: the projection of a branch whose input the recipe normalises (``sub_layer_norm``).
+    Keeps the projection's own parameter names (``out_proj.weight``, ``fc2.bias``); the LayerNorm is its child."""
 
-    def feed_forward_sublayer(self, x: Tensor) -> Tensor:
+    def __init__(self, linear: nn.Linear):
+        super().__init__(linear.in_features, linear.out_features, bias=linear.bias is not None)
+        self.weight, self.bias = linear.weight, linear.bias
+        self.layer_norm = LayerNorm(linear.in_features)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(self.layer_norm(x), self.weight, self.bias)
+
+
+class DeepLayer:
+    """What both layer kinds share: the recipe's layout flags, its sub-LN projections, the FFN sublayer
+    ``dropout(fc2(act_dropout(act(fc1(x)))))`` joined by the recipe's residual sum, and the branch sum."""
+
+    def apply_recipe_layout(self, method, self_attn: nn.Module, layer_norms: List[str]) -> None:
+        self.pre_norm, self.post_norm = method.layer_norm == "pre", method.layer_norm == "post"
+        self.branch_sum = method.branch_sum
+        if method.layer_norm == "none":
+            for name in layer_norms:
+                setattr(self, name, None)
+        if method.sub_layer_norm:
+            if self.quant_noise > 0:  # fairseq's quant-noise hooks sit on the projections replaced here
+                raise ArchitectureError(f"--quant-noise-pq is not supported by {method.name}: its inner LayerNorms "
+                                        "replace the projections quant-noise instruments")
+            self_attn.out_proj = NormalizedInputLinear(self_attn.out_proj)
+            self_attn._set_skip_embed_dim_check()  # torch's fused attention would skip our out_proj's forward
+            self.fc2 = NormalizedInputLinear(self.fc2)
+
+    def add_branch(self, branches: Optional[Tensor], f: Tensor) -> Optional[Tensor]:
+        if not self.branch_sum:
+            return None
+        return f if branches is None else branches + f
+
+    def feed_forward_sublayer(self, x: Tensor, layer_input: Tensor) -> Tuple[Tensor, Tensor]:
         residual = x
         if self.pre_norm:
             x = self.final_layer_norm(x)
         x = self.activation_dropout_module(self.activation_fn(self.fc1(x)))
-        x = self.ffn_residual(residual, self.dropout_module(self.fc2(x)))
+        f = self.dropout_module(self.fc2(x))
+        x = self.ffn_residual(residual, f, layer_input)
         if self.post_norm:
             x = self.final_layer_norm(x)
-        return x
+        return x, f
 
 
-class DeepTransformerEncoderLayer(FeedForwardSublayer, TransformerEncoderLayerBase):
-    """Encoder layer: self-attention and FFN sublayers, each joined by the recipe's residual."""
+class DeepTransformerEncoderLayer(DeepLayer, TransformerEncoderLayerBase):
+    """Encoder layer: self-attention and FFN sublayers, each joined by the recipe's residual. Returns its output
+    and, where the recipe keeps it (``branch_sum``), the sum of its branch outputs."""
 
     pre_norm: Final[bool]  # LayerNorm at the branch input (Pre-LN)
     post_norm: Final[bool]  # LayerNorm after the residual sum (Post-LN, DeepNorm, Admin); T-Fixup: neither
+    branch_sum: Final[bool]
 
     def __init__(self, cfg):
         super().__init__(cfg)
         method = method_for(cfg)
-        self.pre_norm, self.post_norm = method.layer_norm == "pre", method.layer_norm == "post"
-        if method.layer_norm == "none":
-            self.self_attn_layer_norm = self.final_layer_norm = None
-        self.self_attn_residual = method.residual("encoder", self.embed_dim)
-        self.ffn_residual = method.residual("encoder", self.embed_dim)
+        self.apply_recipe_layout(method, self.self_attn, ["self_attn_layer_norm", "final_layer_norm"])
+        self.self_attn_residual, self.ffn_residual = method.residuals("encoder", self.embed_dim, 2)
         name_dropout_like_fairseq(self, TransformerEncoderLayerBase, ["dropout_module", "activation_dropout_module"])
 
     def forward(self, x, encoder_padding_mask: Optional[Tensor], attn_mask: Optional[Tensor] = None):
@@ -100,38 +136,40 @@ class DeepTransformerEncoderLayer(FeedForwardSublayer, TransformerEncoderLayerBa
                 attn_mask.to(torch.bool), -1e8 if x.dtype == torch.float32 else -1e4
             )
 
-        residual = x
+        layer_input = residual = x
         if self.pre_norm:
             x = self.self_attn_layer_norm(x)
         x, _ = self.self_attn(
             query=x, key=x, value=x, key_padding_mask=encoder_padding_mask, need_weights=False, attn_mask=attn_mask,
         )
-        x = self.self_attn_residual(residual, self.dropout_module(x))
+        f = self.dropout_module(x)
+        x = self.self_attn_residual(residual, f, layer_input)
         if self.post_norm:
             x = self.self_attn_layer_norm(x)
+        branches = self.add_branch(None, f)
 
-        return self.feed_forward_sublayer(x)
+        x, f = self.feed_forward_sublayer(x, layer_input)
+        return x, self.add_branch(branches, f)
 
 
-class DeepTransformerDecoderLayer(FeedForwardSublayer, TransformerDecoderLayerBase):
-    """Decoder layer: self-attention, encoder-attention and FFN sublayers, each with the recipe's residual."""
+class DeepTransformerDecoderLayer(DeepLayer, TransformerDecoderLayerBase):
+    """Decoder layer: self-attention, encoder-attention and FFN sublayers, each with the recipe's residual.
+    Returns (output, attention, the sum of its branch outputs where the recipe keeps it)."""
 
     pre_norm: Final[bool]
     post_norm: Final[bool]
+    branch_sum: Final[bool]
 
     def __init__(self, cfg, no_encoder_attn=False):
         super().__init__(cfg, no_encoder_attn=no_encoder_attn)
         method = method_for(cfg)
-        self.pre_norm, self.post_norm = method.layer_norm == "pre", method.layer_norm == "post"
-        if method.layer_norm == "none":
-            self.self_attn_layer_norm = self.final_layer_norm = None
-            if self.encoder_attn is not None:
-                self.encoder_attn_layer_norm = None
-        self.self_attn_residual = method.residual("decoder", self.embed_dim)
-        self.encoder_attn_residual = (
-            method.residual("decoder", self.embed_dim) if self.encoder_attn is not None else None
-        )
-        self.ffn_residual = method.residual("decoder", self.embed_dim)
+        self.apply_recipe_layout(method, self.self_attn, ["self_attn_layer_norm", "final_layer_norm"]
+                                 + (["encoder_attn_layer_norm"] if self.encoder_attn is not None else []))
+        residuals = method.residuals("decoder", self.embed_dim, 2 if self.encoder_attn is None else 3)
+        # registered in forward order: Admin's profile files list omega sublayer by sublayer
+        self.self_attn_residual = residuals[0]
+        self.encoder_attn_residual = residuals[1] if self.encoder_attn is not None else None
+        self.ffn_residual = residuals[-1]
         name_dropout_like_fairseq(self, TransformerDecoderLayerBase, ["dropout_module", "activation_dropout_module"])
 
     def forward(
@@ -147,7 +185,7 @@ class DeepTransformerDecoderLayer(FeedForwardSublayer, TransformerDecoderLayerBa
     ):
         need_attn = need_attn or need_head_weights
 
-        residual = x
+        layer_input = residual = x
         if self.pre_norm:
             x = self.self_attn_layer_norm(x)
         y = x
@@ -167,9 +205,11 @@ class DeepTransformerDecoderLayer(FeedForwardSublayer, TransformerDecoderLayerBa
             query=x, key=y, value=y, key_padding_mask=self_attn_padding_mask,
             incremental_state=incremental_state, need_weights=False, attn_mask=self_attn_mask,
         )
-        x = self.self_attn_residual(residual, self.dropout_module(x))
+        f = self.dropout_module(x)
+        x = self.self_attn_residual(residual, f, layer_input)
         if self.post_norm:
             x = self.self_attn_layer_norm(x)
+        branches = self.add_branch(None, f)
 
         attn: Optional[Tensor] = None
         if self.encoder_attn is not None and encoder_out is not None:
@@ -181,29 +221,160 @@ class DeepTransformerDecoderLayer(FeedForwardSublayer, TransformerDecoderLayerBa
                 incremental_state=incremental_state, static_kv=True,
                 need_weights=need_attn or (not self.training and self.need_attn), need_head_weights=need_head_weights,
             )
-            x = self.encoder_attn_residual(residual, self.dropout_module(x))
+            f = self.dropout_module(x)
+            x = self.encoder_attn_residual(residual, f, layer_input)
             if self.post_norm:
                 x = self.encoder_attn_layer_norm(x)
+            branches = self.add_branch(branches, f)
 
-        return self.feed_forward_sublayer(x), attn, None
+        x, f = self.feed_forward_sublayer(x, layer_input)
+        return x, attn, self.add_branch(branches, f)
 
 
 class DeepTransformerEncoder(TransformerEncoderBase):
+    """fairseq's encoder, its layers joined by the recipe's stack connection (``connection``)."""
+
     def __init__(self, cfg, dictionary, embed_tokens):
         super().__init__(cfg, dictionary, embed_tokens)
         name_dropout_like_fairseq(self, TransformerEncoderBase, ["dropout_module"])
+        method = method_for(cfg)
+        self.connection = method.stack_connection("encoder", cfg.encoder.embed_dim, method.encoder_layers)
 
     def build_encoder_layer(self, cfg):
         return _wrap_like_fairseq(DeepTransformerEncoderLayer(cfg), cfg)
 
+    def forward_scriptable(
+        self,
+        src_tokens,
+        src_lengths: Optional[Tensor] = None,
+        return_all_hiddens: bool = False,
+        token_embeddings: Optional[Tensor] = None,
+    ):
+        """fairseq's ``TransformerEncoderBase.forward_scriptable``; each layer reads ``connection.next_input``."""
+        encoder_padding_mask = src_tokens.eq(self.padding_idx)
+        has_pads = torch.tensor(src_tokens.device.type == "xla") or encoder_padding_mask.any()
+        if torch.jit.is_scripting():  # TorchScript does not handle a bool tensor here, as in fairseq
+            has_pads = torch.tensor(1) if has_pads else torch.tensor(0)
+
+        x, encoder_embedding = self.forward_embedding(src_tokens, token_embeddings)
+        x = x * (1 - encoder_padding_mask.unsqueeze(-1).type_as(x) * has_pads.type_as(x))
+        x = x.transpose(0, 1)  # B x T x C -> T x B x C
+
+        encoder_states = []
+        if return_all_hiddens:
+            encoder_states.append(x)
+        state: List[Tensor] = []
+        x = self.connection.begin(x, state)
+        for index, layer in enumerate(self.layers):
+            x, branches = layer(x, encoder_padding_mask=encoder_padding_mask if has_pads else None)
+            x = self.connection.next_input(index, x, branches, state)
+            if return_all_hiddens and not torch.jit.is_scripting():
+                encoder_states.append(x)
+        x = self.connection.output(x, state)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+
+        src_lengths = src_tokens.ne(self.padding_idx).sum(dim=1, dtype=torch.int32).reshape(-1, 1).contiguous()
+        return {
+            "encoder_out": [x],  # T x B x C
+            "encoder_padding_mask": [encoder_padding_mask],  # B x T
+            "encoder_embedding": [encoder_embedding],  # B x T x C
+            "encoder_states": encoder_states,  # List[T x B x C]
+            "fc_results": [],
+            "src_tokens": [],
+            "src_lengths": [src_lengths],
+        }
+
 
 class DeepTransformerDecoder(TransformerDecoderBase):
+    """fairseq's decoder, its layers joined by the recipe's stack connection (``connection``)."""
+
     def __init__(self, cfg, dictionary, embed_tokens, no_encoder_attn=False):
         super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
         name_dropout_like_fairseq(self, TransformerDecoderBase, ["dropout_module"])
+        method = method_for(cfg)
+        self.connection = method.stack_connection("decoder", cfg.decoder.embed_dim, method.decoder_layers)
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         return _wrap_like_fairseq(DeepTransformerDecoderLayer(cfg, no_encoder_attn), cfg)
+
+    def extract_features_scriptable(
+        self,
+        prev_output_tokens,
+        encoder_out: Optional[Dict[str, List[Tensor]]],
+        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+        full_context_alignment: bool = False,
+        alignment_layer: Optional[int] = None,
+        alignment_heads: Optional[int] = None,
+    ):
+        """fairseq's ``TransformerDecoderBase.extract_features_scriptable``; each layer reads
+        ``connection.next_input``."""
+        if alignment_layer is None:
+            alignment_layer = self.num_layers - 1
+
+        enc: Optional[Tensor] = None
+        padding_mask: Optional[Tensor] = None
+        if encoder_out is not None and len(encoder_out["encoder_out"]) > 0:
+            enc = encoder_out["encoder_out"][0]
+        if encoder_out is not None and len(encoder_out["encoder_padding_mask"]) > 0:
+            padding_mask = encoder_out["encoder_padding_mask"][0]
+
+        positions = None
+        if self.embed_positions is not None:
+            positions = self.embed_positions(prev_output_tokens, incremental_state=incremental_state)
+        if incremental_state is not None:
+            prev_output_tokens = prev_output_tokens[:, -1:]
+            if positions is not None:
+                positions = positions[:, -1:]
+
+        prev_output_tokens = prev_output_tokens.contiguous()  # TorchScript and dynamically quantised embeddings
+        x = self.embed_scale * self.embed_tokens(prev_output_tokens)
+        if self.quant_noise is not None:
+            x = self.quant_noise(x)
+        if self.project_in_dim is not None:
+            x = self.project_in_dim(x)
+        if positions is not None:
+            x += positions
+        if self.layernorm_embedding is not None:
+            x = self.layernorm_embedding(x)
+        x = self.dropout_module(x)
+        x = x.transpose(0, 1)  # B x T x C -> T x B x C
+
+        self_attn_padding_mask: Optional[Tensor] = None
+        if self.cross_self_attention or prev_output_tokens.eq(self.padding_idx).any():
+            self_attn_padding_mask = prev_output_tokens.eq(self.padding_idx)
+
+        attn: Optional[Tensor] = None
+        inner_states: List[Optional[Tensor]] = [x]
+        state: List[Tensor] = []
+        x = self.connection.begin(x, state)
+        for index, layer in enumerate(self.layers):
+            if incremental_state is None and not full_context_alignment:
+                self_attn_mask = self.buffered_future_mask(x)
+            else:
+                self_attn_mask = None
+            x, layer_attn, branches = layer(
+                x, enc, padding_mask, incremental_state, self_attn_mask=self_attn_mask,
+                self_attn_padding_mask=self_attn_padding_mask,
+                need_attn=bool((index == alignment_layer)), need_head_weights=bool((index == alignment_layer)),
+            )
+            x = self.connection.next_input(index, x, branches, state)
+            inner_states.append(x)
+            if layer_attn is not None and index == alignment_layer:
+                attn = layer_attn.float().to(x)
+
+        if attn is not None:
+            if alignment_heads is not None:
+                attn = attn[:alignment_heads]
+            attn = attn.mean(dim=0)  # average probabilities over heads
+
+        x = self.connection.output(x, state)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        x = x.transpose(0, 1)  # T x B x C -> B x T x C
+        if self.project_out_dim is not None:
+            x = self.project_out_dim(x)
+        return x, {"attn": [attn], "inner_states": inner_states}
 
 
 @register_model("deep_transformer")
@@ -216,6 +387,12 @@ class DeepTransformerModel(TransformerModel):
 
     #: Admin: set by ``--task translation_deep``, which sets omega when fairseq-train first asks for batches.
     omega_set_by_task = False
+
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        for method in METHODS.values():
+            method.add_args(parser)
 
     @classmethod
     def build_model(cls, args, task):
@@ -271,21 +448,23 @@ SIZES = {
 
 def register_deep_architectures(method_name: str) -> None:
     """Register ``transformer_<method>{,_iwslt_de_en,_big}`` on ``deep_transformer``."""
-    method = METHODS[method_name]
     for suffix, size in SIZES.items():
         arch = f"transformer_{method_name}{suffix}"
 
         def architecture(args, size=size, arch=arch):
             args.deep_method = method_name
+            size(args)
+            check_depth(args, arch)
+            record_recipe_layers(args)
+            method = method_for(args)
             if method.layer_norm == "pre":
                 args.encoder_normalize_before = args.decoder_normalize_before = True
-            size(args)
             method.check_args(args, arch)
-            record_recipe_layers(args)
 
         architecture.__name__ = arch
         register_model_architecture("deep_transformer", arch)(architecture)
 
 
-for _name in ("preln", "deepnorm", "tfixup", "admin"):
-    register_deep_architectures(_name)
+for _name in METHODS:
+    if _name != "postln":  # the stock transformer is fairseq's own
+        register_deep_architectures(_name)

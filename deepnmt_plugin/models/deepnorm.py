@@ -50,7 +50,7 @@ class DeepNormResidual(nn.Module):
         super().__init__()
         self.alpha = alpha
 
-    def forward(self, x: Tensor, f: Tensor) -> Tensor:
+    def forward(self, x: Tensor, f: Tensor, layer_input: Tensor) -> Tensor:
         # G(x) + alpha * x in one kernel, as many as stock x + G(x): on a GPU small steps are launch-bound
         return torch.add(f, x, alpha=self.alpha)
 

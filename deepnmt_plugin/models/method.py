@@ -1,13 +1,20 @@
 """What a deep-Transformer recipe is made of, and the Post-LN baseline every recipe departs from.
 
-A recipe (``DeepMethod``) decides four things, each in one named place:
+A recipe (``DeepMethod``) decides, each in one named place:
 
 * where each sublayer's LayerNorm sits (``layer_norm``): after the residual sum ("post"), at the
-  branch input ("pre"), or nowhere ("none");
-* the residual sum joining the sublayer input x_{i-1} and the branch output f_i (``residual``), e.g.
-  ``x + f`` or DeepNorm's ``alpha * x + f``; with "post", ``x_i = LN(sum)``;
+  branch input ("pre"), or nowhere ("none"); and whether each branch also normalises the input of its
+  last projection (``sub_layer_norm``, Sub-LN);
+* the residual sum of every sublayer of a layer (``residuals``), joining the sublayer input x_{i-1},
+  the branch output f_i and the layer's input x_0 (which only B2T reads): ``x + f``, DeepNorm's
+  ``alpha * x + f``, ReZero's ``x + a * f`` with one ``a`` per layer; with "post", ``x_i = LN(sum)``;
+* how the layers of a stack are connected (``stack_connection``): what the first layer reads, what
+  each next layer reads, what the stack outputs (the previous layer's output, by default; DLCL and
+  ResiDual reach across layers), and whether layers report the sum of their branch outputs
+  (``branch_sum``, ResiDual's second stream);
 * the initialisation applied once the model is built (``initialize``);
-* which layouts it admits (``check_args``): e.g. DeepNorm is Post-LN only.
+* which layouts and fairseq flags it admits (``check_args``): e.g. DeepNorm is Post-LN only;
+* why stock fairseq cannot compute it (``export_refusal``), where ``deepnmt-export`` has no stock layout.
 
 Post-LN (Vaswani et al. 2017, the stock fairseq ``transformer``) is ``x_i = LN(x_{i-1} + f_i(x_{i-1}))``.
 
@@ -17,7 +24,7 @@ every checkpoint) when the arch is applied. ``--encoder-layers-to-keep`` prunes 
 the kept layers keep the constants they were trained with.
 """
 
-from typing import Dict, Tuple, Type
+from typing import Dict, List, Optional, Tuple, Type
 
 import torch.nn as nn
 from torch import Tensor
@@ -38,10 +45,33 @@ class ArchitectureError(SystemExit):
 
 
 class PlainResidual(nn.Module):
-    """The residual sum ``x_{i-1} + f_i(x_{i-1})`` of Post-LN, Pre-LN and T-Fixup."""
+    """The residual sum ``x_{i-1} + f_i(x_{i-1})`` of Post-LN, Pre-LN and T-Fixup.
 
-    def forward(self, x: Tensor, f: Tensor) -> Tensor:
+    Every residual module takes ``(x_{i-1}, f_i, x_0)``: x_0 is the input of the sublayer's layer.
+    """
+
+    def forward(self, x: Tensor, f: Tensor, layer_input: Tensor) -> Tensor:
         return x + f
+
+
+class StackConnection(nn.Module):
+    """How a stack's layers are joined; this default is the plain chain: layer l+1 reads layer l's output.
+
+    The stack calls ``begin`` with its embedding output (after dropout), ``next_input`` after each layer with
+    that layer's output and, where the recipe has ``branch_sum``, the sum of its branch outputs, and ``output``
+    after the last layer, before the stack's final LayerNorm (Pre-LN layouts). ``state`` is the recipe's own
+    list of tensors (DLCL's layer history, ResiDual's second stream), kept by the stack's loop.
+    """
+
+    def begin(self, x: Tensor, state: List[Tensor]) -> Tensor:
+        """What the first layer reads, given the embedding output; fills ``state`` (empty until then)."""
+        return x
+
+    def next_input(self, index: int, x: Tensor, branches: Optional[Tensor], state: List[Tensor]) -> Tensor:
+        return x
+
+    def output(self, x: Tensor, state: List[Tensor]) -> Tensor:
+        return x
 
 
 def record_recipe_layers(args) -> None:
@@ -74,36 +104,65 @@ class DeepMethod:
     name = "postln"
     #: LayerNorm layout: "post" (after the residual sum), "pre" (inside the branch) or "none".
     layer_norm = "post"
+    #: a LayerNorm before the last projection of each self-attention and FFN branch (Sub-LN)
+    sub_layer_norm = False
+    #: layers also return the sum of their branch outputs, for ``stack_connection`` (ResiDual)
+    branch_sum = False
+    #: why stock fairseq's transformer cannot compute this model; None: ``deepnmt-export`` writes it as one
+    export_refusal: Optional[str] = None
 
     def __init__(self, encoder_layers: int, decoder_layers: int):
         self.encoder_layers = encoder_layers
         self.decoder_layers = decoder_layers
 
+    #: the ``dest`` of each flag ``add_args`` registers; refused with any other recipe
+    flag_names: Tuple[str, ...] = ()
+
+    @classmethod
+    def add_args(cls, parser) -> None:
+        """The recipe's own model flags (default None: unset), on every deep arch's parser."""
+
+    @classmethod
+    def from_config(cls, cfg) -> "DeepMethod":
+        """The recipe sized to the trained depth; a recipe with flags reads them here (saved with the model)."""
+        return cls(*recipe_layers(cfg))
+
     def residual(self, side: str, embed_dim: int) -> nn.Module:
         """The residual sum of one sublayer of the ``side`` ("encoder" or "decoder") stack."""
         return PlainResidual()
 
+    def residuals(self, side: str, embed_dim: int, count: int) -> List[nn.Module]:
+        """The residual sums of one layer's ``count`` sublayers, in forward order (one ``residual`` each)."""
+        return [self.residual(side, embed_dim) for _ in range(count)]
+
+    def stack_connection(self, side: str, embed_dim: int, num_layers: int) -> nn.Module:
+        """How the ``side`` stack's ``num_layers`` layers are joined (``StackConnection``: a plain chain)."""
+        return StackConnection()
+
     def initialize(self, model: nn.Module) -> None:
         """Re-initialise a freshly built model; Post-LN keeps fairseq's initialisation."""
 
-    @classmethod
-    def check_args(cls, args, arch: str) -> None:
+    def check_args(self, args, arch: str) -> None:
         """Refuse, in one line at start-up, fairseq flags no recipe supports and flags contradicting this one."""
-        check_depth(args, arch)
         for name, reason in UNSUPPORTED_FLAGS.items():
             if getattr(args, name, None):
                 raise ArchitectureError(f"--{name.replace('_', '-')} is not supported by --arch {arch}: {reason}")
-        wants_pre = cls.layer_norm == "pre"
+        for other in METHODS.values():
+            for dest in other.flag_names:
+                if other is not type(self) and getattr(args, dest, None) is not None:
+                    raise ArchitectureError(f"--{dest.replace('_', '-')} is a flag of transformer_{other.name}; "
+                                            f"--arch {arch} would ignore it")
+        wants_pre = self.layer_norm == "pre"
         for side in ("encoder", "decoder"):
             if getattr(args, f"{side}_normalize_before", False) != wants_pre:
                 flag = f"--{side}-normalize-before"
                 raise ArchitectureError(
-                    f"{flag} contradicts --arch {arch}: {cls.name} is "
+                    f"{flag} contradicts --arch {arch}: {self.name} is "
                     + ("Pre-LN and always sets it" if wants_pre else "a Post-LN layout; drop the flag")
                 )
-        if cls.layer_norm == "none" and getattr(args, "layernorm_embedding", False):
+        if self.layer_norm == "none" and getattr(args, "layernorm_embedding", False):
             raise ArchitectureError(
-                f"--layernorm-embedding contradicts --arch {arch}: {cls.name} removes every LayerNorm"
+                f"--layernorm-embedding contradicts --arch {arch}: {self.name} removes every LayerNorm"
             )
 
 
@@ -129,7 +188,7 @@ def method_for(cfg) -> DeepMethod:
     name = getattr(cfg, "deep_method", None) or "postln"
     if name not in METHODS:
         raise ArchitectureError(f"unknown deep method {name!r}; known: {', '.join(sorted(METHODS))}")
-    return METHODS[name](*recipe_layers(cfg))
+    return METHODS[name].from_config(cfg)
 
 
 def all_layers(stack: nn.Module):

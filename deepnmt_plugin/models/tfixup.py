@@ -51,6 +51,7 @@ def tfixup_init_(layer: nn.Module, scale: float) -> None:
 class TFixup(DeepMethod):
     name = "tfixup"
     layer_norm = "none"  # the residual sum stays x + f
+    export_refusal = "T-Fixup has no LayerNorm, and stock fairseq's transformer normalises every sublayer"
 
     def initialize(self, model: nn.Module) -> None:
         encoder, decoder = model.encoder, model.decoder
