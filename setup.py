@@ -1,4 +1,5 @@
-"""deepnmt: Admin, DeepNorm, T-Fixup and Pre-LN deep Transformers as a fairseq plugin.
+"""deepnmt: the published ways to train deep Transformers (Admin, DeepNorm, T-Fixup, Pre-LN, Sub-LN, B2T,
+ResiDual, DLCL, ReZero, DS-Init) as a fairseq plugin.
 
 Install with ``bash scripts/install.sh`` (it installs torch and fairseq-fixed first, in the order
 their builds need); ``pip install --no-build-isolation -e .`` alone works once those are present.
@@ -9,7 +10,7 @@ from setuptools import find_packages, setup
 setup(
     name="deepnmt",
     version="0.1.0",
-    description="Deep Transformer recipes (Admin, DeepNorm, T-Fixup, Pre-LN) for fairseq NMT",
+    description="Deep Transformer recipes (Admin, DeepNorm, T-Fixup, Pre-LN, Sub-LN, B2T, ResiDual, DLCL, ReZero, DS-Init) for fairseq NMT",
     packages=find_packages(include=["deepnmt_plugin", "deepnmt_plugin.*"]),
     python_requires=">=3.9",
     install_requires=[
@@ -31,7 +32,8 @@ setup(
         # Pinned: serving.py reuses the fairseq converter's helpers (_get_model_spec, set_transformer_*).
         "ctranslate2==4.8.5",
     ],
-    extras_require={"test": ["pytest"]},
+    # the authors' packages the tests compare our layers with (torchscale: scripts/install.sh, without its deps)
+    extras_require={"test": ["pytest", "rezero==0.1.0", "admin-torch==0.1.0"]},
     entry_points={"console_scripts": [
         "deepnmt-user-dir=deepnmt_plugin.cli:print_user_dir",
         "deepnmt-export=deepnmt_plugin.export:main",

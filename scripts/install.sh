@@ -19,4 +19,7 @@ echo "[3/4] building fairseq-fixed==0.12.3.1 (a few minutes: it compiles its Cyt
 "${pip[@]}" --no-build-isolation "fairseq-fixed==0.12.3.1"
 echo "[4/4] installing deepnmt (editable) and its remaining dependencies"
 "${pip[@]}" --no-build-isolation -e ".[test]"
+# torchscale, which the tests compare Sub-LN and DeepNorm with, without the fairscale and timm it pins: timm pulls
+# torchvision and another torch, and the compared layers use neither (tests/authors_code.py)
+"${pip[@]}" --no-deps "torchscale==0.3.0"
 "$python" -c "import deepnmt_plugin, fairseq, torch; print(f'deepnmt {deepnmt_plugin.__version__} ready: fairseq {fairseq.__version__}, torch {torch.__version__}')"

@@ -37,8 +37,12 @@ from tiny_training import one_thread_per_process  # noqa: F401  (autouse fixture
 STOCK = "transformer_iwslt_de_en"
 DEEP = ["transformer_preln_iwslt_de_en", "transformer_deepnorm_iwslt_de_en", "transformer_tfixup_iwslt_de_en",
         "transformer_admin_iwslt_de_en"]
-ARCHS = [STOCK, *DEEP]
-TRAINING = {STOCK: WARMUP, **RECIPES}  # lr, schedule, and Admin's --task translation_deep
+LATER = [f"transformer_{method}_iwslt_de_en" for method in ("subln", "b2t", "resi_dual", "dlcl", "rezero", "dsinit")]
+ARCHS = [STOCK, *DEEP, *LATER]
+TRAINING = {STOCK: WARMUP, **RECIPES, **{arch: WARMUP for arch in LATER}}  # lr, schedule, Admin's task
+# DLCL's weights index layers by position: it refuses LayerDrop and pruning (tests/test_dlcl.py)
+LAYER_INDEXED = ["transformer_dlcl_iwslt_de_en"]
+PRUNABLE = [arch for arch in ARCHS if arch not in LAYER_INDEXED]
 TASK = {"transformer_admin_iwslt_de_en": ["--task", "translation_deep"]}
 ENCODER_LAYERS, DECODER_LAYERS = 3, 2
 KEEP = {"encoder_layers_to_keep": "0,2", "decoder_layers_to_keep": "1"}
@@ -136,7 +140,7 @@ def test_retain_dropout_modules_by_fairseq_names_and_ours(arch, names, build_mod
     assert len(retained) == 1 + 2 * 2  # the encoder's, and each layer's dropout and activation dropout
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", [a for a in ARCHS if a != "transformer_subln_iwslt_de_en"])  # refused: test_subln
 def test_quant_noise_hooks_the_projections_fairseq_hooks(arch, build_model):
     flags = ("--quant-noise-pq", 0.5, "--quant-noise-pq-block-size", 8, "--dropout", 0)
     model, _ = tiny(build_model, arch, *flags)
@@ -237,13 +241,21 @@ LAYERDROP = ["--encoder-layers", ENCODER_LAYERS, "--decoder-layers", DECODER_LAY
 _layerdrop_runs = {}
 
 
+def layerdrop_flags(arch):
+    """LAYERDROP, without the LayerDrop itself for the recipes that refuse it."""
+    if arch in LAYER_INDEXED:
+        return ["--encoder-layers", ENCODER_LAYERS, "--decoder-layers", DECODER_LAYERS, "--update-freq", 2,
+                "--max-update", 4]
+    return LAYERDROP
+
+
 @pytest.fixture
 def layerdrop_run(toy_data, tmp_path_factory):
     """``arch -> checkpoint`` of a LayerDrop + --update-freq 2 run (seed 1), trained once per session."""
 
     def run(arch):
         if arch not in _layerdrop_runs:
-            _layerdrop_runs[arch] = fairseq_train(toy_data, tmp_path_factory.mktemp(arch), arch, *LAYERDROP)
+            _layerdrop_runs[arch] = fairseq_train(toy_data, tmp_path_factory.mktemp(arch), arch, *layerdrop_flags(arch))
         return _layerdrop_runs[arch]
 
     return run
@@ -274,7 +286,7 @@ def test_layerdrop_with_update_freq_trains_and_admin_profiles_every_sublayer_onc
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_activation_checkpointing_trains_exactly_the_same(arch, layerdrop_run, toy_data, tmp_path):
-    checkpointed = torch.load(fairseq_train(toy_data, tmp_path, arch, *LAYERDROP, "--checkpoint-activations"),
+    checkpointed = torch.load(fairseq_train(toy_data, tmp_path, arch, *layerdrop_flags(arch), "--checkpoint-activations"),
                               weights_only=True)
     expected = torch.load(layerdrop_run(arch), weights_only=True)
     assert checkpointed["extra_state"]["val_loss"] == expected["extra_state"]["val_loss"]
@@ -293,7 +305,7 @@ def kept_by_hand(model, keep):
     return model
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", PRUNABLE)
 def test_layers_to_keep_keeps_the_constants_the_model_was_trained_with(arch, layerdrop_run, toy_data):
     checkpoint = layerdrop_run(arch)
     pruned, task = load(checkpoint, toy_data, **KEEP)
@@ -309,7 +321,7 @@ def test_layers_to_keep_keeps_the_constants_the_model_was_trained_with(arch, lay
             assert alphas == {deepnorm_alpha(side, ENCODER_LAYERS, DECODER_LAYERS)}
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", PRUNABLE)
 def test_generate_pruned_with_alignment_and_sampling(arch, layerdrop_run, toy_data, tmp_path):
     overrides = str(KEEP)
     beam = fairseq_generate(toy_data, layerdrop_run(arch), tmp_path / "beam", "--model-overrides", overrides,
@@ -351,7 +363,7 @@ def test_cross_self_attention_trains_and_generates(arch, toy_data, tmp_path):
 # Refused at start-up, in one line
 
 
-@pytest.mark.parametrize("arch", DEEP)
+@pytest.mark.parametrize("arch", DEEP + LATER)
 @pytest.mark.parametrize("flags, message", [
     (["--encoder-layers", -2], "--encoder-layers -2: --arch {arch} needs at least 1 layer"),
     (["--decoder-layers", 0], "--decoder-layers 0: --arch {arch} needs at least 1 layer"),

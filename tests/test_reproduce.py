@@ -158,6 +158,27 @@ def test_half_precision_without_a_gpu_is_refused_in_one_line():
         ("tfixup_wmt17_en_de", "tfixup", "--clip-norm 0 --dropout 0.4 --weight-decay 1e-4 --max-update 100000"),
         ("tfixup_wmt14_en_de", "tfixup", "--lr 5e-4 --lr-scheduler inverse_sqrt_nowarmup --decay-period 4000"),
         ("tfixup_wmt14_en_de", "tfixup", "--arch transformer_tfixup --encoder-layers 12 --decoder-layers 12"),
+        ("b2t_wmt16_en_de", "b2t", "--optimizer adam --adam-betas '(0.9, 0.98)' --lr 1e-3 --lr-scheduler inverse_sqrt "
+         "--warmup-updates 4000 --warmup-init-lr 1e-7 --criterion label_smoothed_cross_entropy --label-smoothing 0.1 "
+         "--clip-norm 0.1 --dropout 0.5 --weight-decay 0.0 --max-update 50000"),
+        ("b2t_wmt16_en_de", "b2t", "--arch transformer_b2t --encoder-layers 18 --decoder-layers 18"),
+        ("b2t_wmt16_en_de", "preln", "--arch transformer_preln --encoder-layers 18 --decoder-layers 18"),
+        ("dlcl_wmt16_en_de", "dlcl", "--lr 2e-3 --lr-scheduler inverse_sqrt --warmup-updates 16000 --warmup-init-lr 1e-7"),
+        ("dlcl_wmt16_en_de", "dlcl", "--clip-norm 0 --dropout 0.1 --weight-decay 0 --max-epoch 20 --keep-last-epochs 5"),
+        ("resi_dual_iwslt14_de_en", "resi_dual", "--share-all-embeddings --encoder-embed-dim 256 --decoder-embed-dim 256 "
+         "--optimizer adam --adam-betas '(0.9, 0.98)' --lr 5e-4 --lr-scheduler inverse_sqrt --warmup-updates 4000"),
+        ("resi_dual_iwslt14_de_en", "resi_dual", "--clip-norm 0 --dropout 0.3 --attention-dropout 0.1 "
+         "--activation-dropout 0.1 --weight-decay 1e-4 --max-update 500000"),
+        ("resi_dual_iwslt14_de_en", "resi_dual", "--arch transformer_resi_dual_iwslt_de_en --enc-res-input-norm-scale 1.0 "
+         "--dec-res-input-norm-scale 1.0 --encoder-layers 12 --decoder-layers 12"),
+        ("resi_dual_wmt14_en_de", "resi_dual", "--lr 1e-3 --lr-scheduler inverse_sqrt --warmup-updates 4000 "
+         "--warmup-init-lr 1e-7"),
+        ("resi_dual_wmt14_en_de", "resi_dual", "--dropout 0.3 --attention-dropout 0.1 --activation-dropout 0.1 "
+         "--weight-decay 1e-4 --max-update 50000 --keep-last-epochs 10 --arch transformer_resi_dual"),
+        ("subln_wmt17_en_de", "subln", "--share-decoder-input-output-embed --optimizer adam --adam-betas '(0.9, 0.98)' "
+         "--clip-norm 0.0 --lr 5e-4 --lr-scheduler inverse_sqrt --warmup-updates 4000 --criterion cross_entropy "
+         "--dropout 0.3 --weight-decay 1e-4"),
+        ("subln_wmt17_en_de", "subln", "--arch transformer_subln --encoder-layers 6 --decoder-layers 6"),
     ],
 )
 def test_recipe_values(config, method, expected):
@@ -184,6 +205,101 @@ def test_method_flags_override_the_table():
     tfixup = next(l for l in out.splitlines() if "tfixup_18L" in l and " train: " in l)
     deepnorm = next(l for l in out.splitlines() if "deepnorm_18L" in l and " train: " in l)
     assert re.findall(r"--lr (\S+)", tfixup)[-1] == "5e-4" and re.findall(r"--lr (\S+)", deepnorm)[-1] == "0.0015"
+
+
+def test_b2t_table_is_18l_with_the_papers_batch_and_sacrebleu_on_newstest2014():
+    out = dry_run("b2t_wmt16_en_de", "--gpus", "8")
+    trains = [line.split(" train: ")[0] for line in out.splitlines() if " train: " in line]
+    assert trains == ["[1/2] preln_18L_seed1", "[2/2] b2t_18L_seed1"]
+    assert "458752 tokens per update = 8 GPU x 3584 tokens x update-freq 16" in out  # 3584 x 16 x 8
+    assert out.count("--clip-norm 0.1 --dropout 0.5 ") == 2
+    assert "--max-tokens 3584 --update-freq 16 " in out
+    assert out.count("--num-epoch-checkpoints 10") == 2 and out.count("--beam 4 --lenpen 0.6") == 2
+    assert out.count("--sacrebleu-test-set wmt14/full") == 2
+    spec = yaml.safe_load((REPO / "configs" / "b2t_wmt16_en_de.yaml").read_text())
+    assert spec["bleu"] == "sacrebleu" and spec["paper"] == {"b2t": {18: 28.48}}
+    four = dry_run("b2t_wmt16_en_de", "--gpus", "4", "--methods", "b2t")  # the README's 4 GPUs x 3584 x 32
+    assert "--max-tokens 3584 --update-freq 32 " in four
+
+
+def test_dlcl_table_runs_each_method_at_its_encoder_depth():
+    out = dry_run("dlcl_wmt16_en_de", "--gpus", "8")
+    trains = {line.split(" train: ")[0]: line for line in out.splitlines() if " train: " in line}
+    assert list(trains) == ["[1/4] postln_6L_seed1", "[2/4] preln_20L-6L_seed1", "[3/4] dlcl_postnorm_25L-6L_seed1",
+                            "[4/4] dlcl_30L-6L_seed1"]
+    assert "--arch transformer_wmt_en_de --encoder-layers 6 --decoder-layers 6 " in trains["[1/4] postln_6L_seed1"]
+    preln, post, pre = (trains["[2/4] preln_20L-6L_seed1"], trains["[3/4] dlcl_postnorm_25L-6L_seed1"],
+                        trains["[4/4] dlcl_30L-6L_seed1"])
+    assert "--arch transformer_preln --attention-dropout 0.1 --activation-dropout 0.1 --adam-betas '(0.9, 0.997)' " \
+           "--encoder-layers 20 --decoder-layers 6 " in preln
+    assert "--arch transformer_dlcl --dlcl-post-norm --encoder-layers 25 --decoder-layers 6 " in post
+    assert re.findall(r"--adam-betas ('[^']+')", post)[-1] == "'(0.9, 0.98)'" and "--attention-dropout" not in post
+    assert "--arch transformer_dlcl --attention-dropout 0.1 --activation-dropout 0.1 --adam-betas '(0.9, 0.997)' " \
+           "--encoder-layers 30 --decoder-layers 6 " in pre and "--dlcl-post-norm" not in pre
+    assert "65536 tokens per update = 8 GPU x 4096 tokens x update-freq 2" in out
+    assert out.count("--max-epoch 20 ") == 4 and out.count("--num-epoch-checkpoints 5") == 4
+    assert out.count("--beam 4 --lenpen 0.6") == 4
+    spec = yaml.safe_load((REPO / "configs" / "dlcl_wmt16_en_de.yaml").read_text())
+    assert spec["bleu"] == "bleu_compound_split"
+    assert spec["paper"] == {"postln": {6: 27.3}, "preln": {"20-6": 28.9}, "dlcl_postnorm": {"25-6": 29.2},
+                             "dlcl": {"30-6": 29.3}}
+
+
+def test_resi_dual_tables_compare_post_ln_pre_ln_and_resi_dual_at_6_and_12_layers():
+    iwslt = dry_run("resi_dual_iwslt14_de_en", "--gpus", "1")
+    wmt = dry_run("resi_dual_wmt14_en_de", "--gpus", "1")
+    for out, suffix in ((iwslt, "_iwslt_de_en"), (wmt, "")):
+        trains = [line.split(" train: ")[0].split("] ")[1] for line in out.splitlines() if " train: " in line]
+        assert trains == [f"{m}_{d}L_seed1" for m in ("postln", "preln", "resi_dual") for d in (6, 12)]
+        for arch in (f"transformer{suffix or '_wmt_en_de'}", f"transformer_preln{suffix}", f"transformer_resi_dual{suffix}"):
+            assert out.count(f"--arch {arch} ") == 2
+        assert out.count("--beam 5 --max-len-a 1.2 --max-len-b 10") == 6
+    assert "4096 tokens per update = 1 GPU x 4096 tokens x update-freq 1" in iwslt  # iwslt.yaml: max_tokens 4096
+    assert iwslt.count("--best-checkpoint-metric bleu --maximize-best-checkpoint-metric --patience 20 ") == 6
+    assert "65536 tokens per update = 1 GPU x 4096 tokens x update-freq 16" in wmt  # wmt.yaml: 4096 x update_freq 16
+    assert wmt.count(" --amp") == 6 and "--fp16" not in wmt and wmt.count("--num-epoch-checkpoints 10") == 6
+    for config in ("resi_dual_iwslt14_de_en", "resi_dual_wmt14_en_de"):
+        spec = yaml.safe_load((REPO / "configs" / f"{config}.yaml").read_text())
+        assert spec["bleu"] == "sacrebleu" and "paper" not in spec  # the README prints no BLEU
+
+
+def test_subln_table_uses_the_torchscale_mt_example():
+    out = dry_run("subln_wmt17_en_de", "--gpus", "2")
+    trains = [line for line in out.splitlines() if " train: " in line]
+    assert [line.split(" train: ")[0] for line in trains] == ["[1/2] preln_6L_seed1", "[2/2] subln_6L_seed1"]
+    assert "8192 tokens per update = 2 GPU x 4096 tokens x update-freq 1" in out  # --nproc_per_node=2 x 4096
+    assert all("--share-all-embeddings" not in line and "--warmup-init-lr" not in line for line in trains)
+    assert "paper" not in yaml.safe_load((REPO / "configs" / "subln_wmt17_en_de.yaml").read_text())
+
+
+@pytest.mark.parametrize("config", ["b2t_wmt16_en_de", "dlcl_wmt16_en_de", "resi_dual_iwslt14_de_en",
+                                    "resi_dual_wmt14_en_de", "subln_wmt17_en_de"])
+def test_new_tables_parse_in_fairseq_with_their_dropouts_in_effect(config):
+    """fairseq's own parser reads every planned command; each dropout the command names is the one the model gets
+    (fairseq 0.12's --relu-dropout alias would fill an unused field, leaving activation dropout at 0)."""
+    import shlex
+
+    from fairseq import options
+
+    spec = yaml.safe_load((REPO / "configs" / f"{config}.yaml").read_text())
+    lines = [line for line in dry_run(config, "--gpus", "1").splitlines() if " train: " in line or " generate: " in line]
+    assert lines
+    for line in lines:
+        argv = shlex.split(line.split(": ", 1)[1])
+        parser = options.get_training_parser() if argv[0] == "fairseq-train" else options.get_generation_parser()
+        args = options.parse_args_and_arch(parser, input_args=argv[1:])
+        if argv[0] != "fairseq-train":
+            continue
+        method = re.search(r"\] (\w+?)_\d+L", line).group(1)
+        flags = [str(v) for v in spec["train"] + spec["methods"][method]]
+        assert "--relu-dropout" not in flags
+        for flag, attribute in (("--dropout", "dropout"), ("--attention-dropout", "attention_dropout"),
+                                ("--activation-dropout", "activation_dropout")):
+            if flag in flags:
+                expected = flags[len(flags) - 1 - flags[::-1].index(flag) + 1]
+                assert getattr(args, attribute) == float(expected), (line, flag)
+        if method == "dlcl_postnorm":
+            assert args.dlcl_post_norm
 
 
 def test_collect_reads_the_encoder_decoder_depths_of_a_config(tmp_path):
