@@ -173,13 +173,16 @@ print(json.dumps(hub.translate(open(sentences).read().splitlines(), beam=4, max_
 """
 
 
-def test_from_pretrained_with_user_dir_translates_like_fairseq_generate(trained, generated, toy_data):
+@pytest.mark.parametrize("arch", ["transformer_admin_iwslt_de_en", "transformer_resi_dual_iwslt_de_en",
+                                  "transformer_dlcl_iwslt_de_en"])
+def test_from_pretrained_with_user_dir_translates_like_fairseq_generate(arch, generated, toy_data, tmp_path_factory):
     """A fresh Python process: ``user_dir=`` registers the plugin (archs and checkpoint loading) first."""
-    checkpoint = trained["transformer_admin_iwslt_de_en"]
+    checkpoint = straight_run(toy_data, tmp_path_factory, arch) / "checkpoint_last.pt"
     sentences = toy_data.parent / "raw" / "test.de"
     result = subprocess.run([sys.executable, "-c", FROM_PRETRAINED, str(checkpoint.parent), str(toy_data), USER_DIR,
                              str(sentences)], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     translations = json.loads(result.stdout.strip().splitlines()[-1])
-    expected = texts(generated["transformer_admin_iwslt_de_en"])
+    expected = texts(generated[arch] if arch in generated else hypotheses(fairseq_cli(
+        "fairseq-generate", toy_data, "--user-dir", USER_DIR, "--path", checkpoint, *GENERATE).stdout))
     assert len(translations) == 100 and expected == {i: translations[i] for i in expected}

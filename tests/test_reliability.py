@@ -120,7 +120,7 @@ def test_every_checkpoint_the_plugin_writes_loads_weights_only(runs, tmp_path):
     average_checkpoints.main(["--inputs", str(runs[ADMIN][0]), "--num-update-checkpoints", "2",
                               "--output", str(averaged)])
     export.export_checkpoint(str(runs[ADMIN][0] / "checkpoint_last.pt"), str(exported))
-    assert len(written) == 4 * (6 + 4)  # straight: updates 4, 8, 12, 16, best, last; resumed: 12, 16, best, last
+    assert len(written) == len(RECIPES) * (6 + 4)  # straight: updates 4, 8, 12, 16, best, last; resumed: 12, 16, best, last
     for path in written + [averaged]:
         assert unsafe_globals_without_allowlist(path) == ["argparse.Namespace"], path  # exactly the allowlist
         assert load(path)["model"]

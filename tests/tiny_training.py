@@ -16,6 +16,10 @@ RECIPES = {  # 2 + 2 layers; Admin needs the translation_deep task, T-Fixup its 
     "transformer_deepnorm_iwslt_de_en": WARMUP,
     "transformer_tfixup_iwslt_de_en": ["--lr", "1e-3", "--lr-scheduler", "inverse_sqrt_nowarmup"],
     "transformer_admin_iwslt_de_en": ["--task", "translation_deep", *WARMUP],
+    # the later recipes whose state reaches across sublayers or layers: a shared alpha, a second stream, a history
+    "transformer_rezero_iwslt_de_en": WARMUP,
+    "transformer_resi_dual_iwslt_de_en": WARMUP,
+    "transformer_dlcl_iwslt_de_en": WARMUP,
 }
 KILLED_AT, END = 8, 16  # mid-epoch 1 (11 updates an epoch); a run resumed there crosses into epoch 2
 SAVE_EVERY = ["--save-interval-updates", 4]

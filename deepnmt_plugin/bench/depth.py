@@ -54,6 +54,14 @@ TINY = [  # 64-128-2
     "--decoder-ffn-embed-dim", "128", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
 ]
 CONVERGED, FAILED = "converged", "failed"
+FOUNDING = ("postln", "preln", "admin", "deepnorm", "tfixup")  # solid lines in the plots; the later recipes dashed
+
+
+def method_style(method: str) -> dict:
+    """One colour per method in every plot (eleven: more than matplotlib's ten-colour cycle), whichever methods a
+    plot has; the later recipes dashed."""
+    index = list(METHODS).index(method)
+    return {"color": f"C{index}" if index < 10 else "black", "linestyle": "-" if method in FOUNDING else "--"}
 
 
 @dataclass(frozen=True)
@@ -233,7 +241,8 @@ def plot_vs_depth(by_method: dict, title: str, ylabel: str, path: Path) -> None:
     figure, axes = plt.subplots(figsize=(6, 4))
     for method, points in ((m, sorted(p)) for m, p in by_method.items() if p):
         finished = [(depth, value) for depth, value in points if value is not None]
-        line, = axes.plot([d for d, _ in finished], [v for _, v in finished], marker="o", label=method)
+        line, = axes.plot([d for d, _ in finished], [v for _, v in finished], marker="o", label=method,
+                          **(method_style(method) if method in METHODS else {}))
         failed = [depth for depth, value in points if value is None]
         if failed:
             axes.plot(failed, [0] * len(failed), "x", color=line.get_color(), markersize=10, clip_on=False,
@@ -242,7 +251,7 @@ def plot_vs_depth(by_method: dict, title: str, ylabel: str, path: Path) -> None:
     axes.set(title=title, xlabel="layers per stack", ylabel=ylabel, xscale="log")
     axes.set_xticks(depths, [str(d) for d in depths])
     axes.minorticks_off()
-    axes.legend()
+    axes.legend(fontsize="small", ncol=2)
     figure.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(figure)
 

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import List, Optional
 
 from deepnmt_plugin.bench import pyplot
-from deepnmt_plugin.bench.depth import (CONVERGED, FAILED, METHODS, classify, final_valid_loss, plot_vs_depth, say,
-                                        update_norm_curve, valid_loss_curve)
+from deepnmt_plugin.bench.depth import (CONVERGED, FAILED, METHODS, classify, final_valid_loss, method_style,
+                                        plot_vs_depth, say, update_norm_curve, valid_loss_curve)
 from deepnmt_plugin.reproduce import DIVERGED, USER_DIR, diverged_log
 
 RESULT_COLUMNS = ["method", "encoder_layers", "decoder_layers", "updates", "valid_loss", "test_bleu", "diverged",
@@ -302,11 +302,6 @@ def generate_lines(path: Path) -> dict:
     return sentences
 
 
-def method_color(method: str) -> str:
-    """One colour per method in every plot, whichever methods a depth has."""
-    return f"C{list(METHODS).index(method)}"
-
-
 def write_plots(results: List[dict], workdir: Path, preset: StudyPreset) -> List[Path]:
     plt = pyplot()
 
@@ -323,7 +318,7 @@ def write_plots(results: List[dict], workdir: Path, preset: StudyPreset) -> List
         for run in (r for r in plotted if r["encoder_layers"] == depth and r["update_norm"]):
             steps, values = zip(*run["update_norm"])
             warmup = f"warmup {preset.warmup_updates}" if run["method"] in WARMUP_METHODS else "no warmup"
-            axes.plot(steps, values, color=method_color(run["method"]),
+            axes.plot(steps, values, **method_style(run["method"]),
                       label=f"{run['method']} ({warmup})" + ("" if run["status"] == CONVERGED else ", diverged"))
         axes.set(title=f"Model update, {depth}L-{depth}L, each method under its own schedule", xlabel="update",
                  ylabel="||F(x, θ_t) − F(x, θ_0)||", yscale="log")
@@ -344,7 +339,7 @@ def write_plots(results: List[dict], workdir: Path, preset: StudyPreset) -> List
     figure, panels = plt.subplots(1, len(depths), figsize=(3.2 * len(depths), 3.6), sharey=True, squeeze=False)
     for axes, depth in zip(panels[0], depths):
         for run in (r for r in plotted if r["encoder_layers"] == depth and curves[r["name"]]):
-            axes.plot(*zip(*curves[run["name"]]), color=method_color(run["method"]),
+            axes.plot(*zip(*curves[run["name"]]), **method_style(run["method"]),
                       label=run["method"] + ("" if run["status"] == CONVERGED else f" ({run['status']})"))
         axes.set(title=f"{depth}L-{depth}L", xlabel="update")
         axes.legend(fontsize="x-small")

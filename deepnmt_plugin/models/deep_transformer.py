@@ -381,7 +381,7 @@ class DeepTransformerDecoder(TransformerDecoderBase):
 class DeepTransformerModel(TransformerModel):
     """fairseq's Transformer with a deep-training recipe chosen by the arch (``args.deep_method``).
 
-    Architectures: ``transformer_{preln,deepnorm,tfixup,admin}`` (base 512-2048-8), ``..._iwslt_de_en``
+    Architectures: ``transformer_<recipe>`` for every registered recipe but Post-LN (base 512-2048-8), ``..._iwslt_de_en``
     (512-1024-4) and ``..._big`` (1024-4096-16); depth via ``--encoder-layers/--decoder-layers``.
     """
 
