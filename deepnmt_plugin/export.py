@@ -37,9 +37,11 @@ Each recipe is re-parameterised as a stock layout computing the same function (e
 import argparse
 import dataclasses
 import os
+import shutil
 import sys
 from collections import OrderedDict
-from typing import Dict, List, Tuple
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from fairseq.data import Dictionary
@@ -231,6 +233,57 @@ def export_checkpoint(source: str, target: str) -> None:
     compat.save_atomically(export(compat.read_checkpoint(source), source), target)
 
 
+def stock_checkpoint(state: dict, path: str) -> dict:
+    """``state`` as a stock fairseq transformer checkpoint for CTranslate2: exported in memory when it is a deepnmt one."""
+    model_cfg = (state.get("cfg") or {}).get("model")
+    method = model_cfg.get("deep_method") if isinstance(model_cfg, dict) else getattr(model_cfg, "deep_method", None)
+    refusal = method and stock_layout_refusal(method)
+    if refusal:
+        raise ExportError(f"cannot convert {path} to CTranslate2: {refusal}; serve it with fairseq --user-dir")
+    return state if model_cfg is not None and method is None else export(state, path)
+
+
+def export_ctranslate2(checkpoint: str, output_dir: str, quantization: Optional[str] = None,
+                       data: Optional[str] = None):
+    """Write ``checkpoint`` (deepnmt or stock fairseq) as a self-contained CTranslate2 model directory.
+
+    Parameters
+    ----------
+    checkpoint : a fairseq-train checkpoint of a deep arch with a stock layout, or a stock transformer (exported).
+    output_dir : the model directory; it must be new, empty, or an earlier export (replaced whole, atomically).
+    quantization : None (float32 weights), ``int8``, ``int8_float32`` or ``float16``.
+    data : the fairseq-preprocess folder with the dictionaries; default: the checkpoint's own data path.
+
+    Returns
+    -------
+    The raw-text steps written to ``text_processing.json`` (:class:`deepnmt_plugin.serving.TextProcessing`).
+    """
+    from deepnmt_plugin import serving  # ctranslate2 only when asked
+
+    output = Path(output_dir)
+    if output.exists() and not (output.is_dir() and (not any(output.iterdir())
+                                                     or (output / serving.TEXT_PROCESSING).exists())):
+        raise ExportError(f"{output} exists and is not an earlier CTranslate2 export: choose a new or empty OUT_DIR")
+    state = stock_checkpoint(compat.read_checkpoint(checkpoint), checkpoint)
+    data_dir = Path(data or str(state["cfg"]["task"]["data"]).split(os.pathsep)[0])
+    if not any(data_dir.glob("dict.*.txt")):
+        where = "given with --data" if data else "the checkpoint's data path"
+        raise ExportError(f"no dictionaries (dict.*.txt) in {data_dir}, {where}: name their folder with --data DIR")
+    partial = output.with_name(output.name + ".partial")
+    try:
+        steps = serving.convert(state, data_dir, partial, quantization)
+    except ValueError as unsupported:  # ctranslate2's ConfigurationChecker lists its reasons on several lines
+        shutil.rmtree(partial, ignore_errors=True)
+        raise ExportError(f"cannot convert {checkpoint} to CTranslate2: {' '.join(str(unsupported).split())}")
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)  # a failure leaves no half-written directory
+        raise
+    if output.exists():
+        shutil.rmtree(output)
+    os.replace(partial, output)
+    return steps
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
         prog="deepnmt-export",
@@ -256,8 +309,6 @@ def main(argv=None) -> None:
         print(f"exported {args.input} -> {args.output}: a stock fairseq transformer, no --user-dir needed",
               file=sys.stderr)
         return
-    from deepnmt_plugin.serving import export_ctranslate2  # imports this module, and ctranslate2 only when asked
-
     steps = export_ctranslate2(args.input, args.output, args.quantization, args.data)
     raw_text = (f"raw text, pre-processed as the {steps.recipe} recipe did" if steps.recipe
                 else "text pre-processed as for training (no data-prep recipe found beside the data)")

@@ -1,9 +1,9 @@
 """Serve a trained model with CTranslate2: conversion, fairseq-generate's beam search, the raw-text steps.
 
-``python -m deepnmt_plugin.export CKPT OUT_DIR --format ctranslate2`` calls :func:`export_ctranslate2`. CTranslate2's
-Transformer is Pre-LN or Post-LN with no residual scale, so a deepnmt checkpoint is first exported to a stock fairseq
-transformer in memory (:func:`deepnmt_plugin.export.export` folds DeepNorm's alpha and Admin's omega into the weights)
-and then handed to ctranslate2's fairseq converter. T-Fixup, which has no LayerNorm, has no such layout.
+``python -m deepnmt_plugin.export CKPT OUT_DIR --format ctranslate2`` (:func:`deepnmt_plugin.export.export_ctranslate2`)
+exports a deepnmt checkpoint to a stock fairseq transformer in memory (folding DeepNorm's alpha and Admin's omega into
+the weights; CTranslate2's Transformer is Pre-LN or Post-LN with no residual scale) and hands it to :func:`convert`,
+ctranslate2's fairseq converter.
 
 The model directory is self-contained: CTranslate2's ``model.bin``, ``config.json`` and vocabularies, the data-prep's
 subword model, and ``text_processing.json`` saying which raw-text steps the data-prep applied, so that
@@ -14,7 +14,6 @@ import argparse
 import dataclasses
 import functools
 import json
-import os
 import re
 import shutil
 from pathlib import Path
@@ -26,10 +25,8 @@ from ctranslate2.converters.fairseq import _get_model_spec, _get_vocab, set_tran
 from fairseq import models, tasks
 from sacremoses import MosesDetokenizer
 
-from deepnmt_plugin import compat
 from deepnmt_plugin.data import moses
 from deepnmt_plugin.data.subwords import MODEL_NAMES as SUBWORD_MODEL_NAMES
-from deepnmt_plugin.export import ExportError, export, stock_layout_refusal
 
 TEXT_PROCESSING = "text_processing.json"
 README_RECIPE = re.compile(r"built by deepnmt's data-prep \(([^)]+)\)\.")
@@ -127,16 +124,6 @@ class InMemoryFairseqConverter(FairseqConverter):
         return spec
 
 
-def stock_checkpoint(state: dict, path: str) -> dict:
-    """``state`` as a stock fairseq transformer checkpoint: exported in memory when it is a deepnmt one."""
-    model_cfg = (state.get("cfg") or {}).get("model")
-    method = model_cfg.get("deep_method") if isinstance(model_cfg, dict) else getattr(model_cfg, "deep_method", None)
-    refusal = method and stock_layout_refusal(method)
-    if refusal:
-        raise ExportError(f"cannot convert {path} to CTranslate2: {refusal}; serve it with fairseq --user-dir")
-    return state if model_cfg is not None and method is None else export(state, path)
-
-
 def data_prep_directory(data_dir: Path) -> Optional[Path]:
     """The data-prep output holding ``data_dir`` (``OUTPUT/data-bin``): the folder with the subword model."""
     for directory in (data_dir, data_dir.parent):
@@ -172,51 +159,11 @@ def text_processing(data_dir: Path, languages: Sequence[str], model_dir: Path) -
     return steps
 
 
-def export_ctranslate2(
-    checkpoint: str, output_dir: str, quantization: Optional[str] = None, data: Optional[str] = None
-) -> TextProcessing:
-    """Write ``checkpoint`` (deepnmt or stock fairseq) as a self-contained CTranslate2 model directory.
-
-    Parameters
-    ----------
-    checkpoint : a fairseq-train checkpoint of transformer_{preln,deepnorm,admin} or a stock transformer (exported).
-    output_dir : the model directory; it must be new, empty, or an earlier export (replaced whole, atomically).
-    quantization : None (float32 weights), ``int8``, ``int8_float32`` or ``float16``.
-    data : the fairseq-preprocess folder with the dictionaries; default: the checkpoint's own data path.
-
-    Returns
-    -------
-    The raw-text steps written to ``text_processing.json``.
-    """
-    output = Path(output_dir)
-    if output.exists() and not (output.is_dir() and (not any(output.iterdir()) or (output / TEXT_PROCESSING).exists())):
-        raise ExportError(f"{output} exists and is not an earlier CTranslate2 export: choose a new or empty OUT_DIR")
-    state = stock_checkpoint(compat.read_checkpoint(checkpoint), checkpoint)
-    data_dir = Path(data or str(state["cfg"]["task"]["data"]).split(os.pathsep)[0])
-    if not any(data_dir.glob("dict.*.txt")):
-        where = "given with --data" if data else "the checkpoint's data path"
-        raise ExportError(f"no dictionaries (dict.*.txt) in {data_dir}, {where}: name their folder with --data DIR")
-    partial = output.with_name(output.name + ".partial")
-    try:
-        steps = write_model_directory(state, checkpoint, data_dir, partial, quantization)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)  # a failure leaves no half-written directory
-        raise
-    if output.exists():
-        shutil.rmtree(output)
-    os.replace(partial, output)
-    return steps
-
-
-def write_model_directory(
-    state: dict, checkpoint: str, data_dir: Path, directory: Path, quantization: Optional[str]
-) -> TextProcessing:
-    """CTranslate2's files for the stock checkpoint ``state``, the subword model and ``text_processing.json``."""
+def convert(state: dict, data_dir: Path, directory: Path, quantization: Optional[str]) -> TextProcessing:
+    """CTranslate2's files for the stock checkpoint ``state``, the subword model and ``text_processing.json``;
+    ValueError (ctranslate2's, its reasons on several lines) when CTranslate2 cannot represent the model."""
     converter = InMemoryFairseqConverter(state, str(data_dir))
-    try:
-        converter.convert(str(directory), quantization=quantization, force=True)
-    except ValueError as unsupported:  # ctranslate2's ConfigurationChecker lists its reasons on several lines
-        raise ExportError(f"cannot convert {checkpoint} to CTranslate2: {' '.join(str(unsupported).split())}")
+    converter.convert(str(directory), quantization=quantization, force=True)
     steps = text_processing(data_dir, converter.languages, directory)
     steps.save(directory)
     return steps

@@ -23,7 +23,7 @@ class RawTextTranslator:
 
     Parameters
     ----------
-    model_dir : a directory written by :func:`deepnmt_plugin.serving.export_ctranslate2`.
+    model_dir : a directory written by :func:`deepnmt_plugin.export.export_ctranslate2`.
     beam, max_len_a, max_len_b : fairseq-generate's ``--beam``, ``--max-len-a``, ``--max-len-b``.
     threads : CPU threads, as one-thread workers translating batches in parallel (CTranslate2's ``inter_threads``).
     batch_size : sentences per beam search; a batch holds sentences of similar length.

@@ -4,12 +4,14 @@ import csv
 import json
 import shutil
 import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from deepnmt_plugin.bench import curves, depth, layers
+from conftest import REPO
+from deepnmt_plugin.bench import curves, depth, layers, runs
 
 TRAIN_INNER = ("2026-01-01 | INFO | train_inner | epoch 001:      {n} / 11 loss={loss}, nll_loss=5.1, ppl=34.3, "
                "num_updates={n}, lr=0.0005, gnorm=1.2, update_norm={norm}, wall=3")
@@ -22,7 +24,7 @@ def log(losses, norms, valid_loss=None, tail=""):
 
 
 @pytest.mark.parametrize("text, returncode, status", [
-    (log([6.2, 5.4], [1.5, 2.25], 4.9), 0, "converged"),
+    (log([6.2, 5.4], [1.5, 2.25], 4.9), 0, "finished"),
     (log([6.2, "nan"], [1.5, "nan"]), 1, "diverged"),  # fairseq stops on NaN gradients ...
     (log([6.2, 5.4], [1.5, 2.25], tail="FloatingPointError: gradients are Nan/Inf"), 1, "diverged"),
     (log([6.2, 9.7], [1.5, 40.0], 9.1), 0, "diverged"),  # ... not on a loss that exploded but stayed finite
@@ -30,15 +32,63 @@ def log(losses, norms, valid_loss=None, tail=""):
     (log([6.2, 5.4], [1.5, 2.25], tail="RuntimeError: CUDA out of memory"), 1, "failed"),  # a crash, not a divergence
 ])
 def test_classify(text, returncode, status):
-    assert depth.classify(text, returncode) == status
+    assert runs.classify(text, returncode) == status
 
 
 def test_parse_curve_and_losses():
     text = log([6.2, 5.4, 5.1], [1.5, 2.25, 2.125], 4.875)
-    assert depth.update_norm_curve(text) == [[2, 1.5], [4, 2.25], [6, 2.125]]
-    assert depth.final_valid_loss(text) == 4.875
-    assert depth.valid_loss_curve(text + "\n" + VALID.format(loss=4.5).replace("num_updates 4", "num_updates 8")) == [
+    assert runs.update_norm_curve(text) == [[2, 1.5], [4, 2.25], [6, 2.125]]
+    assert runs.final_valid_loss(text) == 4.875
+    assert runs.valid_loss_curve(text + "\n" + VALID.format(loss=4.5).replace("num_updates 4", "num_updates 8")) == [
         [4, 4.875], [8, 4.5]]
+
+
+def test_unigram_plateau_is_fairseqs_loss_of_the_best_model_that_ignores_the_source(toy_data):
+    """Counted from the raw text (not fairseq's binaries), scored with fairseq's own label-smoothed loss; any other
+    source-blind distribution scores worse."""
+    import math
+    from collections import Counter
+
+    import torch
+    from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
+
+    vocabulary = ["<s>", "<pad>", "</s>", "<unk>"] + [line.split()[0] for line in
+                                                      (toy_data / "dict.en.txt").read_text().splitlines()]
+    index = {word: i for i, word in enumerate(vocabulary)}
+
+    def targets(split):
+        lines = (toy_data.parent / "raw" / f"{split}.en").read_text().splitlines()
+        return [index.get(word, 3) for line in lines for word in line.split() + ["</s>"]]
+
+    train, valid = Counter(targets("train")), torch.tensor(targets("valid"))
+    eps, size = 0.1, len(vocabulary)
+    eps_i = eps / (size - 1)
+    unigram = torch.tensor([train[i] for i in range(size)], dtype=torch.float64) / sum(train.values())
+
+    def loss(q):  # bits a token, as fairseq-train logs the validation loss
+        lprobs = q.log().expand(len(valid), size)
+        return label_smoothed_nll_loss(lprobs, valid.unsqueeze(1), eps)[0].item() / len(valid) / math.log(2)
+
+    best = (1 - eps - eps_i) * unigram + eps_i
+    plateau = runs.unigram_plateau(str(toy_data), eps)
+    assert plateau == pytest.approx(loss(best), rel=1e-9)
+    for other in (unigram.clamp(min=1e-9), torch.full((size,), 1 / size), 0.9 * best + 0.1 / size):
+        assert loss(other / other.sum()) > plateau
+
+
+@pytest.mark.parametrize("status, valid_loss, curve, distinct, expected", [
+    ("diverged", None, [], None, "diverged"),
+    ("failed", None, [], None, "crashed"),
+    ("finished", 9.279, [], 0.002, "stalled at the unigram plateau"),  # Post-LN 18L-18L on l10n: plateau 9.264
+    ("finished", 9.193, [[1000, 9.2], [2000, 9.193]], None, "stalled at the unigram plateau"),  # Admin 50L: BLEU 0.02
+    ("finished", 10.6, [], None, "stalled at the unigram plateau"),  # above it
+    ("finished", 6.0, [], 0.04, "stalled at the unigram plateau"),  # one sentence for every input
+    ("finished", 6.0, [[500, 8.0], [1500, 6.5], [2000, 6.0]], 0.9, "still learning"),  # 7.7 % over the last quarter
+    ("finished", 5.0, [[500, 5.3], [1500, 5.08], [2000, 5.0]], 0.9, "trained"),  # 1.6 %
+    ("finished", 5.0, [], None, "trained"),
+])
+def test_verdict_reads_the_loss_against_the_plateau(status, valid_loss, curve, distinct, expected):
+    assert runs.verdict(status, valid_loss, curve, 9.264, distinct) == expected
 
 
 LAYERS = ("2026-01-01 | INFO | train_inner | epoch 001:     {n} / 933 loss=9.3, num_updates={n}, gnorm=0.5, "
@@ -109,12 +159,14 @@ def test_micro_sweep_writes_json_table_and_plots(toy_data, tmp_path, capsys):
     report = json.loads((workdir / "bench_depth.json").read_text())
     assert report["preset"] == "micro" and report["settings"]["max_update"] == 4
     assert report["jobs"] == 2 and report["reused_runs"] == 1 and report["device"] == "CPU"
-    runs = {(r["method"], r["depth"]): r for r in report["runs"]}
-    assert list(runs) == [("postln", 1), ("tfixup", 1), ("postln", 2), ("tfixup", 2)]
-    assert runs[("tfixup", 2)] == earlier
+    plateau = round(runs.unigram_plateau(str(toy_data)), 3)
+    swept = {(r["method"], r["depth"]): r for r in report["runs"]}
+    assert list(swept) == [("postln", 1), ("tfixup", 1), ("postln", 2), ("tfixup", 2)]
+    assert swept[("tfixup", 2)] == {**earlier, "unigram_plateau": plateau, "verdict": "diverged"}
     for key in [("postln", 1), ("tfixup", 1), ("postln", 2)]:
-        run = runs[key]
-        assert run["status"] == "converged" and run["returncode"] == 0
+        run = swept[key]
+        assert run["status"] == "finished" and run["returncode"] == 0
+        assert run["unigram_plateau"] == plateau and run["verdict"] in ("stalled at the unigram plateau", "trained")
         assert [step for step, _ in run["update_norm"]] == [2, 4]  # every --interval 2 updates
         assert all(value > 0 for _, value in run["update_norm"])
         assert 0 < run["final_valid_loss"] < run["final_train_loss"] + 2
@@ -123,16 +175,18 @@ def test_micro_sweep_writes_json_table_and_plots(toy_data, tmp_path, capsys):
     table = (workdir / "bench_depth.md").read_text()
     assert "| method | 1L-1L | 2L-2L |" in table
     assert "minutes wall clock on CPU, --jobs 2, 1 run reused from an earlier one." in table
-    assert f"| tfixup | {runs[('tfixup', 1)]['final_valid_loss']:.3f} | diverged |" in table
-    peak = max(v for _, v in runs[("postln", 2)]["update_norm"])
-    assert f"| postln | {max(v for _, v in runs[('postln', 1)]['update_norm']):.3f} | {peak:.3f} |" in table
+    assert f"| tfixup | {swept[('tfixup', 1)]['final_valid_loss']:.3f} | diverged |" in table
+    peak = max(v for _, v in swept[("postln", 2)]["update_norm"])
+    assert f"| postln | {max(v for _, v in swept[('postln', 1)]['update_norm']):.3f} | {peak:.3f} |" in table
     for name in ("update_norm_1L.png", "update_norm_2L.png", "final_loss_vs_depth.png"):
         assert (workdir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     output = capsys.readouterr().out
     # deepest first, and the table in the plan's order whatever order the two workers finished in
-    assert "[2/4] tfixup 2L-2L: diverged, valid loss –, 4 s (log: earlier.log)" in output
-    assert output.count(": converged, valid loss ") == 3
+    assert f"[2/4] tfixup 2L-2L: diverged, valid loss – (unigram plateau {plateau:.3f}), 4 s (log: earlier.log)" in output
+    verdicts = [swept[key]["verdict"] for key in [("postln", 1), ("tfixup", 1), ("postln", 2)]]
+    assert sum(output.count(f": {verdict}, valid loss ") for verdict in set(verdicts)) == 3
+    assert "| postln | " + " | ".join(verdicts[::2]) + " |" in table  # the verdict table
     for index, name in enumerate(["postln 2L", "tfixup 2L", "postln 1L", "tfixup 1L"], 1):
         assert f"[{index}/4] {name}-" in output
 
@@ -256,11 +310,12 @@ def study_cell(workdir, name):
     return json.loads((workdir / name / "result.json").read_text())
 
 
-def test_study_micro_trains_generates_scores_and_resumes(toy_data, tmp_path, capsys):
+def test_study_micro_trains_generates_scores_and_resumes(toy_data, tmp_path, capsys, monkeypatch):
     """--preset study-micro end to end on the toy corpus: a cell interrupted after its first checkpoint resumes
     from it, every cell is scored on test, results.csv has the issue's columns, and the plots are written."""
     from deepnmt_plugin.bench import study
 
+    monkeypatch.chdir(REPO)
     workdir = tmp_path / "study"
     # an earlier invocation stopped after update 2 of 4: its checkpoint_last.pt and log are there, no result
     interrupted = study.Cell("deepnorm", 2, 2)
@@ -274,13 +329,19 @@ def test_study_micro_trains_generates_scores_and_resumes(toy_data, tmp_path, cap
     arguments = ["--data", str(toy_data), "--preset", "study-micro", "--methods", "preln", "deepnorm",
                  "--workdir", str(workdir), "--cpu", "--jobs", "2"]
     assert depth.main(arguments) == 0
+    printed = capsys.readouterr().out
+    assert "the corpus's unigram plateau is at validation loss " in printed
+    reading = printed.strip().splitlines()[-1]  # the last line reads the table, a verdict per cell
+    assert reading.startswith("Reading the table: ")
+    for name in ("preln_1L-1L", "deepnorm_1L-1L", "preln_2L-2L", "deepnorm_2L-2L", "deepnorm_2L-2L_ckpt"):
+        assert f"{name} {study_cell(workdir, name)['verdict']}" in reading
     resumed = (workdir / interrupted.name / "train.log").read_text()
     assert "Loaded checkpoint" in resumed and "@ 2 updates)" in resumed
     assert [update for update, _ in study_cell(workdir, interrupted.name)["update_norm"]] == [2, 4]
 
     rows = list(csv.DictReader((workdir / "results.csv").open()))
     assert list(rows[0]) == ["method", "encoder_layers", "decoder_layers", "updates", "valid_loss", "test_bleu",
-                             "diverged", "peak_rss_gib"]
+                             "diverged", "peak_rss_gib", "verdict"]
     assert [(r["method"], r["encoder_layers"], r["decoder_layers"], r["updates"]) for r in rows] == [
         ("preln", "1", "1", "4"), ("deepnorm", "1", "1", "4"), ("preln", "2", "2", "4"), ("deepnorm", "2", "2", "4"),
         ("deepnorm", "2", "2", "2")]  # the checkpointed twin, with its own budget
@@ -288,18 +349,22 @@ def test_study_micro_trains_generates_scores_and_resumes(toy_data, tmp_path, cap
         result = study_cell(workdir, f"{row['method']}_{row['encoder_layers']}L-{row['decoder_layers']}L"
                             + ("_ckpt" if row["updates"] == "2" else ""))
         assert row["diverged"] == str(result["status"] == "diverged")
-        if result["status"] == "converged":
+        assert row["verdict"] == result["verdict"]
+        if result["status"] == "finished":
             assert float(row["test_bleu"]) == result["scores"]["sacrebleu"] >= 0
             assert result["scores"]["sentences"] == 100  # every test sentence
         assert 0.1 < float(row["peak_rss_gib"]) < 8 and float(row["valid_loss"]) > 0
     command = (workdir / "preln_1L-1L" / "train_command.txt").read_text()
-    assert " -m fairseq_cli.train " in command and " --arch transformer_preln --encoder-layers 1 " in command
+    assert " --arch transformer_preln --encoder-layers 1 " in command
+    # pasteable in the repository root, where the test runs: no interpreter or checkout path of this machine
+    assert command.startswith(f"python -m fairseq_cli.train {toy_data} --user-dir deepnmt_plugin ")
+    assert sys.executable not in command and str(REPO) not in command
     ckpt = study_cell(workdir, "deepnorm_2L-2L_ckpt")
     ckpt_log = (workdir / ckpt["name"] / "train.log").read_text()
     assert ckpt["checkpoint_activations"] and "checkpoint_activations=True" in ckpt_log
     assert "--flush-denormal: subnormal floats are flushed to zero on the CPU" in ckpt_log
     assert "--flush-denormal" not in command
-    assert sum(study_cell(workdir, name)["status"] == "converged" for name in ("preln_1L-1L", "preln_2L-2L")) >= 1
+    assert sum(study_cell(workdir, name)["status"] == "finished" for name in ("preln_1L-1L", "preln_2L-2L")) >= 1
     samples = (workdir / "samples.md").read_text()  # the first test sentences as every converged cell translated them
     assert samples.count("- source: ") == 6 and "  - preln_1L-1L: " in samples
     # the records alone (no log, no generate output: what docs/ keeps) redraw the same samples and curves
@@ -311,7 +376,7 @@ def test_study_micro_trains_generates_scores_and_resumes(toy_data, tmp_path, cap
     study.write_samples(kept, records, records / "samples.md")
     assert (records / "samples.md").read_text() == samples
     for result in kept:
-        curve = depth.valid_loss_curve((workdir / result["name"] / "train.log").read_text())
+        curve = runs.valid_loss_curve((workdir / result["name"] / "train.log").read_text())
         assert result["valid_loss_curve"] == curve and curve[-1] == [result["updates"], result["valid_loss"]]
     assert [path.name for path in study.write_plots(kept, records, study.STUDY_MICRO)][-1] == "valid_loss_vs_update.png"
     for name in ("bleu_vs_depth.png", "update_norm_1L.png", "update_norm_2L.png", "valid_loss_vs_update.png"):
@@ -337,7 +402,7 @@ def test_study_schedules_and_post_ln_failure_rule():
         command = " ".join(study.train_command("data", study.Cell(method, 6, 6), preset, Path("s"), cpu=True))
         assert f"--lr 0.002 --lr-scheduler inverse_sqrt_nowarmup --decay-period {preset.warmup_updates}" in command
 
-    def row(depth, bleu, status="converged"):
+    def row(depth, bleu, status="finished"):
         return {"method": "postln", "encoder_layers": depth, "decoder_layers": depth, "checkpoint_activations": False,
                 "test_bleu": bleu, "status": status}
 

@@ -22,9 +22,9 @@ from corpus import write_corpus
 from deepnmt_plugin.data import ding, l10n, recipes, subwords
 from deepnmt_plugin.data.__main__ import RECIPES
 from deepnmt_plugin.data.pipeline import read_lines, stamp_output, write_lines
-from deepnmt_plugin.export import ExportError, export_checkpoint
+from deepnmt_plugin.export import ExportError, export_checkpoint, export_ctranslate2
 from deepnmt_plugin.export import main as export_main
-from deepnmt_plugin.serving import RECIPE_TEXT_STEPS, TextProcessing, export_ctranslate2, translate_batches
+from deepnmt_plugin.serving import RECIPE_TEXT_STEPS, TextProcessing, translate_batches
 from deepnmt_plugin.translate import RawTextTranslator
 from deepnmt_plugin.translate import main as translate_main
 from tiny_training import checkpoint_of, hypotheses

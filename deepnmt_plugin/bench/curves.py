@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Dict, List
 
 from deepnmt_plugin.bench import pyplot
-from deepnmt_plugin.bench.depth import valid_loss_curve
+from deepnmt_plugin.bench.runs import valid_loss_curve
 
 
 def read_curve(paths: List[Path]) -> List[List[float]]:

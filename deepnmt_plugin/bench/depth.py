@@ -4,9 +4,10 @@ Every method (Post-LN, Pre-LN, Admin, DeepNorm, T-Fixup) at every depth (encoder
 trains a 64-128-2 model with the same fixed learning rate, no warmup and the same token budget, as
 in DeepNet Fig. 5 (model update of 6L-6L to 100L-100L tiny models early in training) and T-Fixup
 Fig. 4b (200L-200L without warmup or LayerNorm). Each run is a ``fairseq-train`` with
-``--diagnostics-interval K --diagnostics-groups update`` and records: converged or diverged (NaN/inf
+``--diagnostics-interval K --diagnostics-groups update`` and records: finished or diverged (NaN/inf
 loss or gradients, or a training loss that ended above where it started: ``reproduce.diverged_log``),
-the final validation loss and the update-norm curve ||F(x, theta_t) - F(x, theta_0)||.
+the final validation loss, the verdict against the corpus's unigram plateau (``bench.runs``) and the
+update-norm curve ||F(x, theta_t) - F(x, theta_0)||.
 ``--warmup-updates N`` reruns the same budget with N inverse_sqrt warmup updates, to see what warmup
 changes (T-Fixup and Pre-LN claim to need none; Admin's and DeepNet's recipes warm up).
 
@@ -21,7 +22,6 @@ CUDA they share the GPU, whose tiny-model steps are bound by kernel launches, no
 
 import argparse
 import json
-import math
 import os
 import re
 import shutil
@@ -33,35 +33,15 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import List, Optional
 
-from deepnmt_plugin.bench import pyplot
-from deepnmt_plugin.reproduce import DIVERGED, USER_DIR, data_bin, diverged_log
+from deepnmt_plugin.bench import pyplot, study
+from deepnmt_plugin.bench.runs import (FINISHED, LABEL_SMOOTHING, METHODS, classify, final_valid_loss, plot_vs_depth,
+                                       say, unigram_plateau, update_norm_curve, verdict)
+from deepnmt_plugin.reproduce import USER_DIR, data_bin
 
-METHODS = {  # method -> arch; the dims below override every size the arch names
-    "postln": "transformer",
-    "preln": "transformer_preln",
-    "admin": "transformer_admin",
-    "deepnorm": "transformer_deepnorm",
-    "tfixup": "transformer_tfixup",
-    "subln": "transformer_subln",
-    "b2t": "transformer_b2t",
-    "resi_dual": "transformer_resi_dual",
-    "dlcl": "transformer_dlcl",
-    "rezero": "transformer_rezero",
-    "dsinit": "transformer_dsinit",
-}
 TINY = [  # 64-128-2
     "--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128",
     "--decoder-ffn-embed-dim", "128", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
 ]
-CONVERGED, FAILED = "converged", "failed"
-FOUNDING = ("postln", "preln", "admin", "deepnorm", "tfixup")  # solid lines in the plots; the later recipes dashed
-
-
-def method_style(method: str) -> dict:
-    """One colour per method in every plot (eleven: more than matplotlib's ten-colour cycle), whichever methods a
-    plot has; the later recipes dashed."""
-    index = list(METHODS).index(method)
-    return {"color": f"C{index}" if index < 10 else "black", "linestyle": "-" if method in FOUNDING else "--"}
 
 
 @dataclass(frozen=True)
@@ -104,7 +84,7 @@ def train_command(data: str, method: str, depth: int, preset: Preset, save_dir: 
         sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", USER_DIR, "--task", "translation_deep",
         "--arch", METHODS[method], "--encoder-layers", str(depth), "--decoder-layers", str(depth), *TINY, "--share-all-embeddings",
         "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", str(preset.lr), *lr_schedule(preset),
-        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--dropout", "0.1",
+        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", str(LABEL_SMOOTHING), "--dropout", "0.1",
         "--max-tokens", str(preset.max_tokens), "--max-update", str(preset.max_update), "--seed", "1",
         "--log-format", "simple", "--log-interval", str(preset.interval),
         "--diagnostics-interval", str(preset.interval), "--diagnostics-groups", "update",
@@ -123,38 +103,6 @@ def describe_schedule(preset: Preset) -> str:
     if not preset.warmup_updates:
         return f"lr {preset.lr:g} constant (no warmup)"
     return f"lr {preset.lr:g} after {preset.warmup_updates} warmup updates, inverse_sqrt"
-
-
-def update_norm_curve(log: str) -> List[List[float]]:
-    """[[update, update_norm], ...] from the train_inner lines."""
-    curve = []
-    for line in log.splitlines():
-        if "| train_inner |" in line and "update_norm=" in line:
-            update = re.search(r"num_updates=(\d+)", line).group(1)
-            curve.append([int(update), float(re.search(r"update_norm=([^,\s]+)", line).group(1))])
-    return curve
-
-
-def final_valid_loss(log: str) -> Optional[float]:
-    losses = re.findall(r"\| valid \|.*?\| loss (\S+) \|", log)
-    return float(losses[-1]) if losses else None
-
-
-def valid_loss_curve(log: str) -> List[List[float]]:
-    """[[update, validation loss], ...] from fairseq's valid lines, one per validation."""
-    return [[int(update), float(loss)]
-            for loss, update in re.findall(r"\| valid \|.*?\| loss (\S+) \|.*?\| num_updates (\d+)", log)]
-
-
-def classify(log: str, returncode: int) -> str:
-    """diverged (the project's rule, or a non-finite validation loss), failed (a crash that is not a
-    divergence, e.g. out of memory), or converged."""
-    valid_loss = final_valid_loss(log)
-    if diverged_log(log) or (valid_loss is not None and not math.isfinite(valid_loss)):
-        return DIVERGED
-    if returncode != 0 or valid_loss is None:
-        return FAILED
-    return CONVERGED
 
 
 def run_one(args, method: str, depth: int, preset: Preset, threads: Optional[int] = None) -> dict:
@@ -185,8 +133,8 @@ def run_one(args, method: str, depth: int, preset: Preset, threads: Optional[int
 def cell(run: Optional[dict], key: str) -> str:
     if run is None:
         return "–"
-    if run["status"] != CONVERGED:
-        return run["status"]
+    if key == "verdict" or run["status"] != FINISHED:
+        return run["verdict"]
     value = run[key] if key != "peak_update_norm" else max((v for _, v in run["update_norm"]), default=None)
     return "–" if value is None else f"{value:.3f}"
 
@@ -203,6 +151,10 @@ def write_markdown(runs: List[dict], path: Path, title: str, footer: str) -> Non
         lines += [f"{caption}:", "", header, rule]
         lines += [f"| {m} | " + " | ".join(cell(by_key.get((m, d)), key) for d in depths) + " |" for m in methods]
         lines.append("")
+    lines += ["Verdict (the unigram plateau: validation loss "
+              f"{runs[0]['unigram_plateau']:.3f}):", "", header, rule]
+    lines += [f"| {m} | " + " | ".join(cell(by_key.get((m, d)), "verdict") for d in depths) + " |" for m in methods]
+    lines.append("")
     minutes = sum(r["seconds"] for r in runs) / 60
     lines.append(f"{len(runs)} runs, {minutes:.1f} minutes of training in all. {footer}")
     path.write_text("\n".join(lines) + "\n")
@@ -216,7 +168,7 @@ def write_plots(runs: List[dict], workdir: Path) -> List[Path]:
         figure, axes = plt.subplots(figsize=(6, 4))
         for run in (r for r in runs if r["depth"] == depth and r["update_norm"]):
             steps, values = zip(*run["update_norm"])
-            label = run["method"] + ("" if run["status"] == CONVERGED else f" ({run['status']})")
+            label = run["method"] + ("" if run["status"] == FINISHED else f" ({run['status']})")
             axes.plot(steps, values, marker="." if len(steps) < 30 else None, label=label)
         # log y: T-Fixup's output has no final LayerNorm and moves 10x more than the LayerNorm models'
         axes.set(title=f"Model update, {depth}L-{depth}L 64-128-2", xlabel="update", xscale="log", yscale="log",
@@ -226,34 +178,12 @@ def write_plots(runs: List[dict], workdir: Path) -> List[Path]:
         figure.savefig(written[-1], dpi=100, bbox_inches="tight")
         plt.close(figure)
 
-    by_method = {m: [(r["depth"], r["final_valid_loss"] if r["status"] == CONVERGED else None) for r in runs if r["method"] == m]
+    by_method = {m: [(r["depth"], r["final_valid_loss"] if r["status"] == FINISHED else None) for r in runs if r["method"] == m]
                  for m in METHODS}
     written.append(workdir / "final_loss_vs_depth.png")
-    plot_vs_depth(by_method, "Final validation loss (x on the bottom edge: not converged)", "validation loss", written[-1])
+    plot_vs_depth(by_method, "Final validation loss (x on the bottom edge: diverged or crashed)", "validation loss",
+                  written[-1])
     return written
-
-
-def plot_vs_depth(by_method: dict, title: str, ylabel: str, path: Path) -> None:
-    """One line per method through its (depth, value) points; a value of None (a run that did not converge) is an x
-    on the bottom edge."""
-    plt = pyplot()
-
-    figure, axes = plt.subplots(figsize=(6, 4))
-    for method, points in ((m, sorted(p)) for m, p in by_method.items() if p):
-        finished = [(depth, value) for depth, value in points if value is not None]
-        line, = axes.plot([d for d, _ in finished], [v for _, v in finished], marker="o", label=method,
-                          **(method_style(method) if method in METHODS else {}))
-        failed = [depth for depth, value in points if value is None]
-        if failed:
-            axes.plot(failed, [0] * len(failed), "x", color=line.get_color(), markersize=10, clip_on=False,
-                      transform=axes.get_xaxis_transform())
-    depths = sorted({depth for points in by_method.values() for depth, _ in points})
-    axes.set(title=title, xlabel="layers per stack", ylabel=ylabel, xscale="log")
-    axes.set_xticks(depths, [str(d) for d in depths])
-    axes.minorticks_off()
-    axes.legend(fontsize="small", ncol=2)
-    figure.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(figure)
 
 
 def parse_arguments(argv=None):
@@ -306,14 +236,18 @@ def main(argv=None) -> int:
     print(f"{title}: {len(plan)} runs in {workdir} on {device}, {args.jobs} at a time", flush=True)
     threads = max(1, available_cores() // args.jobs) if args.cpu and args.jobs > 1 else None
     reused = check_kept_runs(workdir, plan, preset)
+    plateau = unigram_plateau(args.data_bin)
     order = sorted(plan, key=lambda run: -run[1])  # deepest first: no long run is left alone at the end
 
     def run_and_report(index, method, depth):
         label = f"[{index}/{len(plan)}] {method} {depth}L-{depth}L"
         say(f"{label} ...")
         run = run_one(args, method, depth, preset, threads)
+        run.update(unigram_plateau=round(plateau, 3),
+                   verdict=verdict(run["status"], run["final_valid_loss"], [], plateau))
         loss = "–" if run["final_valid_loss"] is None else f"{run['final_valid_loss']:.3f}"
-        say(f"{label}: {run['status']}, valid loss {loss}, {run['seconds']:.0f} s (log: {run['log']})")
+        say(f"{label}: {run['verdict']}, valid loss {loss} (unigram plateau {plateau:.3f}), {run['seconds']:.0f} s "
+            f"(log: {run['log']})")
         return run
 
     started = time.time()
@@ -334,8 +268,6 @@ def main(argv=None) -> int:
 
 
 def run_study(args) -> int:
-    from deepnmt_plugin.bench import study
-
     preset = study.STUDY if args.preset == "study" else study.STUDY_MICRO
     # --depths picks the grid's depths and the checkpointed cells at those depths; 500 picks only the latter;
     # --max-update overrides the checkpointed cells' own updates too
@@ -352,12 +284,6 @@ def run_study(args) -> int:
     args.workdir = args.workdir or f"runs/{args.preset.replace('-', '_')}"
     threads = max(1, available_cores() // args.jobs) if args.cpu and args.jobs > 1 else None
     return study.run(args, preset, threads)
-
-
-def say(line: str) -> None:
-    """One write per line, so the lines of parallel runs do not interleave."""
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
 
 
 def positive_int(text: str) -> int:

@@ -35,7 +35,8 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from deepnmt_plugin import compat
 from deepnmt_plugin.reproduce import USER_DIR
 from deepnmt_plugin.scoring import score
-from deepnmt_plugin.serving import export_ctranslate2, translate_batches
+from deepnmt_plugin.export import export_ctranslate2
+from deepnmt_plugin.serving import translate_batches
 
 ENGINES = ("fairseq", "ctranslate2 float32", "ctranslate2 int8")
 # fairseq's --post-process names for the data-prep's subword models

@@ -34,12 +34,13 @@ from pathlib import Path
 from typing import List, Optional
 
 from deepnmt_plugin.bench import pyplot
-from deepnmt_plugin.bench.depth import (CONVERGED, FAILED, METHODS, classify, final_valid_loss, method_style,
-                                        plot_vs_depth, say, update_norm_curve, valid_loss_curve)
+from deepnmt_plugin.bench.runs import (FAILED, FINISHED, LABEL_SMOOTHING, METHODS, STALLED, VERDICT_RULES, classify,
+                                       final_valid_loss, method_style, plot_vs_depth, say, unigram_plateau,
+                                       update_norm_curve, valid_loss_curve, verdict)
 from deepnmt_plugin.reproduce import DIVERGED, USER_DIR, diverged_log
 
 RESULT_COLUMNS = ["method", "encoder_layers", "decoder_layers", "updates", "valid_loss", "test_bleu", "diverged",
-                  "peak_rss_gib"]
+                  "peak_rss_gib", "verdict"]
 PROGRESS_EVERY = 100
 SAMPLES = 6  # test sentences kept per cell (result.json) and shown in samples.md
 PROGRESS_LINE = re.compile(r"\| (?P<kind>train_inner|valid) \|.*?loss[= ](?P<loss>[^,\s|]+).*?num_updates[= ](?P<update>\d+)")
@@ -123,7 +124,7 @@ def train_command(data_bin: str, cell: Cell, preset: StudyPreset, save_dir: Path
         "--arch", METHODS[cell.method], "--encoder-layers", str(cell.encoder_layers),
         "--decoder-layers", str(cell.decoder_layers), *[str(x) for pair in zip(dims, sizes) for x in pair],
         "--share-all-embeddings", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", str(preset.lr),
-        *schedule(preset, cell.method), "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+        *schedule(preset, cell.method), "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", str(LABEL_SMOOTHING),
         "--dropout", str(preset.dropout), "--max-tokens", str(preset.max_tokens),
         "--max-update", str(cell.max_update or preset.max_update), "--seed", "1", "--divergence-guard",
         "--log-format", "simple", "--log-interval", str(preset.interval),
@@ -143,6 +144,18 @@ def generate_command(data_bin: str, checkpoint: Path, cpu: bool) -> List[str]:
     return [sys.executable, "-m", "fairseq_cli.generate", data_bin, "--user-dir", USER_DIR, "--path", str(checkpoint),
             "--gen-subset", "test", "--beam", "4", "--max-len-a", "1.2", "--max-len-b", "10", "--remove-bpe",
             "--max-tokens", "4096", "--required-batch-size-multiple", "1", *(["--cpu"] if cpu else [])]
+
+
+def recorded_command(command: List[str]) -> str:
+    """``command`` as a reader pastes it where it ran (the repository root): ``python`` for this interpreter, and
+    paths inside the working directory relative to it, so the record names no one machine's checkout."""
+    def portable(argument: str) -> str:
+        if argument == sys.executable:
+            return "python"
+        path = Path(argument)
+        return str(path.relative_to(Path.cwd())) if path.is_absolute() and path.is_relative_to(Path.cwd()) else argument
+
+    return shlex.join(portable(argument) for argument in command)
 
 
 def run_measured(command: List[str], log_path: Path, environment: dict, label: str) -> tuple:
@@ -178,7 +191,8 @@ def run_cell(args, cell: Cell, preset: StudyPreset, threads: Optional[int]) -> d
     directory = Path(args.workdir) / cell.name
     result_path = directory / "result.json"
     if result_path.exists():
-        return json.loads(result_path.read_text())
+        kept = json.loads(result_path.read_text())
+        return {**kept, **cell_verdict(kept, args.unigram_plateau)}
     directory.mkdir(parents=True, exist_ok=True)
     save_dir, log_path, progress_path = directory / "checkpoints", directory / "train.log", directory / "train.json"
     environment = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
@@ -187,7 +201,7 @@ def run_cell(args, cell: Cell, preset: StudyPreset, threads: Optional[int]) -> d
     log = log_path.read_text() if log_path.exists() else ""
     if progress.get("returncode") != 0 and not diverged_log(log):  # not finished: train, or resume
         command = train_command(args.data_bin, cell, preset, save_dir, cpu=args.cpu)
-        (directory / "train_command.txt").write_text(shlex.join(command) + "\n")  # the cell's exact fairseq-train
+        (directory / "train_command.txt").write_text(recorded_command(command) + "\n")  # the cell's exact fairseq-train
         returncode, seconds, rss_kib = run_measured(command, log_path, environment, cell.name)
         progress = {"seconds": progress["seconds"] + seconds, "rss_kib": max(progress["rss_kib"], rss_kib),
                     "returncode": returncode}
@@ -195,7 +209,7 @@ def run_cell(args, cell: Cell, preset: StudyPreset, threads: Optional[int]) -> d
         log = log_path.read_text()
     status = classify(log, progress["returncode"])
     scores = samples = None
-    if status == CONVERGED:
+    if status == FINISHED:
         generated, scores_path = directory / "generate.txt", directory / "scores.json"
         if not scores_path.exists():
             with open(generated, "w") as out:
@@ -214,9 +228,30 @@ def run_cell(args, cell: Cell, preset: StudyPreset, threads: Optional[int]) -> d
         # the record alone redraws every plot and table: the log and the generate output need not be kept
         "valid_loss_curve": valid_loss_curve(log), "samples": samples, "log": str(log_path),
     }
+    result.update(cell_verdict(result, args.unigram_plateau))
     if status != FAILED:  # a crash (out of memory, a bad flag) is retried by the next invocation, from its checkpoint
         result_path.write_text(json.dumps(result, indent=1))
     return result
+
+
+def cell_verdict(result: dict, plateau: float) -> dict:
+    """The cell's verdict (``bench.runs.verdict``) and the plateau it was read against, for its record."""
+    scores = result["scores"]
+    distinct = scores and scores.get("distinct_hypotheses")
+    return {"unigram_plateau": round(plateau, 3),
+            "verdict": verdict(result["status"], result["valid_loss"], result.get("valid_loss_curve") or [], plateau,
+                               distinct / scores["sentences"] if distinct else None)}
+
+
+def reading(results: List[dict]) -> str:
+    """One sentence that reads the cells' verdicts for a newcomer."""
+    parts = [f"{r['name']} {r['verdict']}" + ("" if r["test_bleu"] is None else f" (test sacreBLEU {r['test_bleu']:.2f})")
+             for r in results]
+    sentence = "Reading the table: " + "; ".join(parts) + "."
+    if any(r["verdict"] == STALLED for r in results):
+        sentence += (f" A cell stalled at the unigram plateau (validation loss {results[0]['unigram_plateau']:.2f}) "
+                     "predicts the most frequent target words whatever the source: it has learned no translation.")
+    return sentence
 
 
 def kept_results(workdir: Path, preset: StudyPreset) -> List[dict]:
@@ -251,16 +286,21 @@ def write_csv(results: List[dict], path: Path) -> None:
 
 
 def write_markdown(results: List[dict], path: Path, title: str) -> None:
-    lines = [f"### {title}", "", "| cell | updates | valid loss | test sacreBLEU | s/update | peak RSS (GiB) |",
-             "|---|---|---|---|---|---|"]
+    lines = [f"### {title}", "",
+             "| cell | updates | valid loss | test sacreBLEU | s/update | peak RSS (GiB) | verdict |",
+             "|---|---|---|---|---|---|---|"]
     for r in results:
         bleu = DIVERGED if r["status"] == DIVERGED else f"{r['test_bleu']:.2f}"
         loss = "–" if r["valid_loss"] is None else f"{r['valid_loss']:.3f}"
-        lines.append(f"| {r['name']} | {r['updates']} | {loss} | {bleu} | {r['seconds_per_update']} | {r['peak_rss_gib']} |")
+        lines.append(f"| {r['name']} | {r['updates']} | {loss} | {bleu} | {r['seconds_per_update']} | {r['peak_rss_gib']} "
+                     f"| {r['verdict']} |")
     if any(r["method"] == "postln" and r["encoder_layers"] == 6 for r in results):
         failure = post_ln_failure_depth(results)
         lines += ["", "Post-LN fails (diverges, or ends below half its 6L-6L BLEU) first at "
                   + (f"{failure}L-{failure}L." if failure else "no depth of this study.")]
+    if results:
+        lines += ["", f"Verdicts against the corpus's unigram plateau (validation loss {results[0]['unigram_plateau']:.3f}): "
+                  f"{VERDICT_RULES}."]
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -279,7 +319,7 @@ def kept_samples(result: dict, workdir: Path) -> dict:
 
 def write_samples(results: List[dict], workdir: Path, path: Path, count: int = SAMPLES) -> None:
     """The first ``count`` test sentences as each converged cell translated them: BLEU is read beside them."""
-    outputs = {r["name"]: kept_samples(r, workdir) for r in results if r["status"] == CONVERGED}
+    outputs = {r["name"]: kept_samples(r, workdir) for r in results if r["status"] == FINISHED}
     outputs = {name: output for name, output in outputs.items() if output}
     if not outputs:
         return
@@ -319,7 +359,7 @@ def write_plots(results: List[dict], workdir: Path, preset: StudyPreset) -> List
             steps, values = zip(*run["update_norm"])
             warmup = f"warmup {preset.warmup_updates}" if run["method"] in WARMUP_METHODS else "no warmup"
             axes.plot(steps, values, **method_style(run["method"]),
-                      label=f"{run['method']} ({warmup})" + ("" if run["status"] == CONVERGED else ", diverged"))
+                      label=f"{run['method']} ({warmup})" + ("" if run["status"] == FINISHED else ", diverged"))
         axes.set(title=f"Model update, {depth}L-{depth}L, each method under its own schedule", xlabel="update",
                  ylabel="||F(x, θ_t) − F(x, θ_0)||", yscale="log")
         axes.set_xlim(0, 2 * preset.warmup_updates)  # early training: warmup and as long again
@@ -340,7 +380,7 @@ def write_plots(results: List[dict], workdir: Path, preset: StudyPreset) -> List
     for axes, depth in zip(panels[0], depths):
         for run in (r for r in plotted if r["encoder_layers"] == depth and curves[r["name"]]):
             axes.plot(*zip(*curves[run["name"]]), **method_style(run["method"]),
-                      label=run["method"] + ("" if run["status"] == CONVERGED else f" ({run['status']})"))
+                      label=run["method"] + ("" if run["status"] == FINISHED else f" ({run['status']})"))
         axes.set(title=f"{depth}L-{depth}L", xlabel="update")
         axes.legend(fontsize="x-small")
     panels[0][0].set_ylabel("validation loss (label-smoothed, bits)")
@@ -365,7 +405,9 @@ def run(args, preset: StudyPreset, threads: Optional[int]) -> int:
     title = (f"Depth study: {preset.embed_dim}-{preset.ffn_dim}-{preset.heads}, peak lr {preset.lr:g}, "
              f"{preset.max_update} updates x {preset.max_tokens} tokens, warmup {preset.warmup_updates} for "
              f"{', '.join(WARMUP_METHODS)}, none for the others")
-    say(f"{title}: {len(plan)} cells in {workdir}, {args.jobs} at a time")
+    args.unigram_plateau = unigram_plateau(args.data_bin)
+    say(f"{title}: {len(plan)} cells in {workdir}, {args.jobs} at a time; the corpus's unigram plateau is at "
+        f"validation loss {args.unigram_plateau:.3f}")
     order = sorted(plan, key=lambda cell: -cell.layers)  # deepest first: no long cell is left alone at the end
 
     def run_and_report(index, cell):
@@ -373,7 +415,7 @@ def run(args, preset: StudyPreset, threads: Optional[int]) -> int:
         say(f"{label} ...")
         result = run_cell(args, cell, preset, threads)
         bleu = "–" if result["test_bleu"] is None else f"{result['test_bleu']:.2f}"
-        say(f"{label}: {result['status']} after {result['updates']} updates, test sacreBLEU {bleu}, "
+        say(f"{label}: {result['verdict']} after {result['updates']} updates, test sacreBLEU {bleu}, "
             f"{result['seconds_per_update']} s/update, peak RSS {result['peak_rss_gib']} GiB (log: {result['log']})")
         return result
 
@@ -381,12 +423,15 @@ def run(args, preset: StudyPreset, threads: Optional[int]) -> int:
         results = list(workers.map(run_and_report, range(1, len(order) + 1), order))
     failed = [r["name"] for r in results if r["status"] == FAILED]
     results = kept_results(workdir, preset)  # this invocation's cells and those of earlier ones
+    for result in results:
+        result.update(cell_verdict(result, args.unigram_plateau))
     write_csv(results, workdir / "results.csv")
     write_markdown(results, workdir / "results.md", title)
     write_samples(results, workdir, workdir / "samples.md")
     plots = write_plots(results, workdir, preset)
     say(f"wrote {workdir / 'results.csv'}, {workdir / 'results.md'} and {len(plots)} plots")
     say((workdir / "results.md").read_text())
+    say(reading([r for r in results if r["name"] in {cell.name for cell in plan}]))
     if failed:
         say(f"deepnmt: error: {', '.join(failed)} crashed (not a divergence); see their train.log, then rerun to resume")
         return 1

@@ -1,0 +1,155 @@
+"""What the depth sweep (``depth.py``) and the depth study (``study.py``) share about a training run: the methods and
+their plot style, what its fairseq-train log says (curves, outcome) and the verdict that reads it.
+
+A verdict says what a run did, in words that match its numbers: ``diverged``, ``crashed``, ``stalled at the unigram
+plateau`` (its validation loss is where a model lands that predicts the target words' frequencies and ignores the
+source), ``still learning`` (left the plateau and its loss was still falling at the end) or ``trained``.
+"""
+
+import math
+import re
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import numpy as np
+
+from deepnmt_plugin.bench import pyplot
+from deepnmt_plugin.reproduce import DIVERGED, diverged_log
+
+METHODS = {  # method -> arch; the benchmarks' dims override every size the arch names
+    "postln": "transformer",
+    "preln": "transformer_preln",
+    "admin": "transformer_admin",
+    "deepnorm": "transformer_deepnorm",
+    "tfixup": "transformer_tfixup",
+    "subln": "transformer_subln",
+    "b2t": "transformer_b2t",
+    "resi_dual": "transformer_resi_dual",
+    "dlcl": "transformer_dlcl",
+    "rezero": "transformer_rezero",
+    "dsinit": "transformer_dsinit",
+}
+FOUNDING = ("postln", "preln", "admin", "deepnorm", "tfixup")  # solid lines in the plots; the later recipes dashed
+FINISHED, FAILED = "finished", "failed"  # a run's outcome besides DIVERGED: it ran to its end, or it crashed
+LABEL_SMOOTHING = 0.1  # every benchmark run's; the unigram plateau depends on it
+STALLED, STILL_LEARNING, TRAINED, CRASHED = "stalled at the unigram plateau", "still learning", "trained", "crashed"
+# bits above the plateau's loss still count as on it: Admin 50L-50L ends 0.07 below it, translating nothing (BLEU 0.02)
+PLATEAU_MARGIN = 0.15
+# the validation loss fell by more than this fraction over the last quarter of the updates: more updates would help
+STILL_FALLING = 0.02
+# a model that writes the same few sentences for every input ignores its source, whatever its loss
+FEWEST_DISTINCT = 0.05
+VERDICT_RULES = (f"stalled within {PLATEAU_MARGIN} of the plateau's loss (or with {FEWEST_DISTINCT:.0%} distinct test "
+                 f"hypotheses or fewer), still learning when the validation loss fell more than {STILL_FALLING:.0%} over "
+                 "the last quarter of the updates, trained otherwise")
+
+
+def method_style(method: str) -> dict:
+    """One colour per method in every plot (eleven: more than matplotlib's ten-colour cycle), whichever methods a
+    plot has; the later recipes dashed."""
+    index = list(METHODS).index(method)
+    return {"color": f"C{index}" if index < 10 else "black", "linestyle": "-" if method in FOUNDING else "--"}
+
+
+def update_norm_curve(log: str) -> List[List[float]]:
+    """[[update, update_norm], ...] from the train_inner lines."""
+    curve = []
+    for line in log.splitlines():
+        if "| train_inner |" in line and "update_norm=" in line:
+            update = re.search(r"num_updates=(\d+)", line).group(1)
+            curve.append([int(update), float(re.search(r"update_norm=([^,\s]+)", line).group(1))])
+    return curve
+
+
+def final_valid_loss(log: str) -> Optional[float]:
+    losses = re.findall(r"\| valid \|.*?\| loss (\S+) \|", log)
+    return float(losses[-1]) if losses else None
+
+
+def valid_loss_curve(log: str) -> List[List[float]]:
+    """[[update, validation loss], ...] from fairseq's valid lines, one per validation."""
+    return [[int(update), float(loss)]
+            for loss, update in re.findall(r"\| valid \|.*?\| loss (\S+) \|.*?\| num_updates (\d+)", log)]
+
+
+def classify(log: str, returncode: int) -> str:
+    """diverged (the project's rule, or a non-finite validation loss), failed (a crash that is not a
+    divergence, e.g. out of memory), or finished."""
+    valid_loss = final_valid_loss(log)
+    if diverged_log(log) or (valid_loss is not None and not math.isfinite(valid_loss)):
+        return DIVERGED
+    if returncode != 0 or valid_loss is None:
+        return FAILED
+    return FINISHED
+
+
+def unigram_plateau(data_bin: str, label_smoothing: float = LABEL_SMOOTHING) -> float:
+    """The label-smoothed validation loss (bits a token, as fairseq logs it) of the best model that ignores the
+    source: it predicts the training targets' unigram distribution, smoothed as label smoothing rewards
+    (fairseq's loss (1 - eps - eps_i) nll + eps_i sum_v -log q_v, eps_i = eps / (V - 1), is lowest at
+    q_v = (1 - eps - eps_i) p_v + eps_i). A run that ends near it has learned no translation."""
+    from fairseq.data import Dictionary, data_utils
+
+    folder = Path(data_bin)
+    pair = next(folder.glob("train.*-*.*.idx")).name.split(".")[1]  # train.de-en.en.idx -> de-en
+    target = pair.split("-")[1]
+    dictionary = Dictionary.load(str(folder / f"dict.{target}.txt"))
+
+    def counts(split: str) -> np.ndarray:
+        dataset = data_utils.load_indexed_dataset(str(folder / f"{split}.{pair}.{target}"), dictionary)
+        return np.bincount(np.concatenate([dataset[i].numpy() for i in range(len(dataset))]), minlength=len(dictionary))
+
+    train, valid = counts("train"), counts("valid")
+    eps_i = label_smoothing / (len(dictionary) - 1)
+    q = (1 - label_smoothing - eps_i) * train / train.sum() + eps_i
+    weights = (1 - label_smoothing - eps_i) * valid / valid.sum() + eps_i
+    return float(-(weights * np.log2(q)).sum())
+
+
+def verdict(status: str, valid_loss: Optional[float], curve: List[List[float]], plateau: Optional[float],
+            distinct_fraction: Optional[float] = None) -> str:
+    """What the run did (module docstring), from its outcome, last validation loss, validation curve, the corpus's
+    unigram plateau and the fraction of its test hypotheses that differ (None where not generated)."""
+    if status == DIVERGED:
+        return DIVERGED
+    if status == FAILED or valid_loss is None:
+        return CRASHED
+    if (plateau is not None and valid_loss >= plateau - PLATEAU_MARGIN) or (
+            distinct_fraction is not None and distinct_fraction <= FEWEST_DISTINCT):
+        return STALLED
+    if len(curve) >= 3:
+        last_update, last_loss = curve[-1]
+        earlier = [loss for update, loss in curve if update <= 0.75 * last_update]
+        if earlier and earlier[-1] - last_loss > STILL_FALLING * earlier[-1]:
+            return STILL_LEARNING
+    return TRAINED
+
+
+def plot_vs_depth(by_method: dict, title: str, ylabel: str, path: Path) -> None:
+    """One line per method through its (depth, value) points; a value of None (a run that did not converge) is an x
+    on the bottom edge."""
+    plt = pyplot()
+
+    figure, axes = plt.subplots(figsize=(6, 4))
+    for method, points in ((m, sorted(p)) for m, p in by_method.items() if p):
+        finished = [(depth, value) for depth, value in points if value is not None]
+        line, = axes.plot([d for d, _ in finished], [v for _, v in finished], marker="o", label=method,
+                          **(method_style(method) if method in METHODS else {}))
+        failed = [depth for depth, value in points if value is None]
+        if failed:
+            axes.plot(failed, [0] * len(failed), "x", color=line.get_color(), markersize=10, clip_on=False,
+                      transform=axes.get_xaxis_transform())
+    depths = sorted({depth for points in by_method.values() for depth, _ in points})
+    axes.set(title=title, xlabel="layers per stack", ylabel=ylabel, xscale="log")
+    axes.set_xticks(depths, [str(d) for d in depths])
+    axes.minorticks_off()
+    axes.legend(fontsize="small", ncol=2)
+    figure.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(figure)
+
+
+def say(line: str) -> None:
+    """One write per line, so the lines of parallel runs do not interleave."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
