@@ -85,7 +85,8 @@ def test_unigram_plateau_is_fairseqs_loss_of_the_best_model_that_ignores_the_sou
     ("finished", 6.0, [], 0.04, "stalled at the unigram plateau"),  # one sentence for every input
     ("finished", 6.0, [[500, 8.0], [1500, 6.5], [2000, 6.0]], 0.9, "still learning"),  # 7.7 % over the last quarter
     ("finished", 5.0, [[500, 5.3], [1500, 5.08], [2000, 5.0]], 0.9, "trained"),  # 1.6 %
-    ("finished", 5.0, [], None, "trained"),
+    ("finished", 5.0, [], None, "left the plateau"),  # no curve kept: no slope to read
+    ("finished", 5.0, [[2000, 5.0]], None, "left the plateau"),
 ])
 def test_verdict_reads_the_loss_against_the_plateau(status, valid_loss, curve, distinct, expected):
     assert runs.verdict(status, valid_loss, curve, 9.264, distinct) == expected
@@ -166,7 +167,8 @@ def test_micro_sweep_writes_json_table_and_plots(toy_data, tmp_path, capsys):
     for key in [("postln", 1), ("tfixup", 1), ("postln", 2)]:
         run = swept[key]
         assert run["status"] == "finished" and run["returncode"] == 0
-        assert run["unigram_plateau"] == plateau and run["verdict"] in ("stalled at the unigram plateau", "trained")
+        assert run["unigram_plateau"] == plateau  # one validation, at the end: no slope to read
+        assert run["verdict"] in ("stalled at the unigram plateau", "left the plateau")
         assert [step for step, _ in run["update_norm"]] == [2, 4]  # every --interval 2 updates
         assert all(value > 0 for _, value in run["update_norm"])
         assert 0 < run["final_valid_loss"] < run["final_train_loss"] + 2

@@ -3,7 +3,8 @@ their plot style, what its fairseq-train log says (curves, outcome) and the verd
 
 A verdict says what a run did, in words that match its numbers: ``diverged``, ``crashed``, ``stalled at the unigram
 plateau`` (its validation loss is where a model lands that predicts the target words' frequencies and ignores the
-source), ``still learning`` (left the plateau and its loss was still falling at the end) or ``trained``.
+source), ``still learning`` (left the plateau and its loss was still falling at the end), ``trained`` (left it and
+its loss had flattened) or ``left the plateau`` (no validation curve to tell which of the two).
 """
 
 import math
@@ -33,7 +34,8 @@ METHODS = {  # method -> arch; the benchmarks' dims override every size the arch
 FOUNDING = ("postln", "preln", "admin", "deepnorm", "tfixup")  # solid lines in the plots; the later recipes dashed
 FINISHED, FAILED = "finished", "failed"  # a run's outcome besides DIVERGED: it ran to its end, or it crashed
 LABEL_SMOOTHING = 0.1  # every benchmark run's; the unigram plateau depends on it
-STALLED, STILL_LEARNING, TRAINED, CRASHED = "stalled at the unigram plateau", "still learning", "trained", "crashed"
+STALLED, STILL_LEARNING, TRAINED = "stalled at the unigram plateau", "still learning", "trained"
+LEFT_PLATEAU, CRASHED = "left the plateau", "crashed"
 # bits above the plateau's loss still count as on it: Admin 50L-50L ends 0.07 below it, translating nothing (BLEU 0.02)
 PLATEAU_MARGIN = 0.15
 # the validation loss fell by more than this fraction over the last quarter of the updates: more updates would help
@@ -42,7 +44,8 @@ STILL_FALLING = 0.02
 FEWEST_DISTINCT = 0.05
 VERDICT_RULES = (f"stalled within {PLATEAU_MARGIN} of the plateau's loss (or with {FEWEST_DISTINCT:.0%} distinct test "
                  f"hypotheses or fewer), still learning when the validation loss fell more than {STILL_FALLING:.0%} over "
-                 "the last quarter of the updates, trained otherwise")
+                 "the last quarter of the updates, trained when it fell less; left the plateau where no validation "
+                 "curve is kept")
 
 
 def method_style(method: str) -> dict:
@@ -118,12 +121,11 @@ def verdict(status: str, valid_loss: Optional[float], curve: List[List[float]], 
     if (plateau is not None and valid_loss >= plateau - PLATEAU_MARGIN) or (
             distinct_fraction is not None and distinct_fraction <= FEWEST_DISTINCT):
         return STALLED
-    if len(curve) >= 3:
-        last_update, last_loss = curve[-1]
-        earlier = [loss for update, loss in curve if update <= 0.75 * last_update]
-        if earlier and earlier[-1] - last_loss > STILL_FALLING * earlier[-1]:
-            return STILL_LEARNING
-    return TRAINED
+    last_update, last_loss = curve[-1] if curve else (0, valid_loss)
+    earlier = [loss for update, loss in curve if update <= 0.75 * last_update]
+    if not earlier:  # one validation, at the end: no slope to read
+        return LEFT_PLATEAU
+    return STILL_LEARNING if earlier[-1] - last_loss > STILL_FALLING * earlier[-1] else TRAINED
 
 
 def plot_vs_depth(by_method: dict, title: str, ylabel: str, path: Path) -> None:
