@@ -374,6 +374,8 @@ def test_cross_self_attention_trains_and_generates(arch, toy_data, tmp_path):
     (["--adaptive-input"], "--adaptive-input is not supported by --arch {arch}: fairseq's translation transformer"),
     (["--tie-adaptive-weights"], "--tie-adaptive-weights is not supported by --arch {arch}: it ties"),
     (["--char-inputs"], "--char-inputs is not supported by --arch {arch}: a deprecated fairseq flag"),
+    (["--relu-dropout", 0.1], "--relu-dropout is not supported by --arch {arch}: fairseq 0.12's transformer never "
+                              "reads it; give the FFN's dropout as --activation-dropout"),
 ])
 def test_unsupported_flags_refused_in_one_line(arch, flags, message, build_model):
     with pytest.raises(SystemExit) as refused:

@@ -94,6 +94,9 @@ UNSUPPORTED_FLAGS = {
     "adaptive_input": "fairseq's translation transformer builds no adaptive input embedding (a transformer_lm flag)",
     "tie_adaptive_weights": "it ties the adaptive softmax to an adaptive input embedding, which is never built",
     "char_inputs": "a deprecated fairseq flag that builds nothing",
+    # fairseq 0.12 declares --relu-dropout both as an alias of --activation-dropout and as a field of its own, and
+    # the parser fills the field: activation dropout stays 0
+    "relu_dropout": "fairseq 0.12's transformer never reads it; give the FFN's dropout as --activation-dropout",
 }
 
 
