@@ -9,6 +9,8 @@ data=${QUICKSTART_DATA:-data/l10n}
 workdir=${QUICKSTART_WORKDIR:-runs/depth_study}
 echo "== quickstart 1/2: the l10n De-En corpus in $data"
 bash data-prep/prepare-l10n-de-en.sh --output "$data" --workers "$(nproc)"
+python -c 'import sys; from deepnmt_plugin.data.l10n import corpus_checksum; checksum, pinned = corpus_checksum(sys.argv[1])
+print("corpus checksum", checksum, "(the pinned one)" if pinned else "(NOT the pinned one: see its README)")' "$data"
 echo "== quickstart 2/2: Post-LN and DeepNorm 18L-18L, trained side by side, then test sacreBLEU (runs in $workdir)"
 exec python -m deepnmt_plugin.bench.depth --preset study --data "$data" --methods postln deepnorm --depths 18 --jobs 2 \
     --workdir "$workdir" "$@"

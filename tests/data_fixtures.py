@@ -5,23 +5,71 @@ the Moses steps leave as they are, so a test knows each output line exactly; the
 exercise a rule (tags, quotes, hyphens, control characters) are checked one by one.
 """
 
+import contextlib
 import gzip
+import http.server
 import io
 import os
+import shutil
 import struct
 import subprocess
 import sys
 import tarfile
+import threading
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_script(name, *args, env=None):
-    """Run data-prep/NAME with ARGS, never downloading; returns the CompletedProcess."""
-    command = ["bash", str(REPO / "data-prep" / name), *map(str, args), "--workers", "1", "--no-download"]
-    environment = dict(os.environ, PYTHON=sys.executable, PYTHONWARNINGS="ignore", **(env or {}))
+def run_script(name, *args, env=None, download=False):
+    """Run data-prep/NAME with ARGS, never downloading unless DOWNLOAD (then give it a PATH without apt-get, or a
+    fake one, and a local server: no test reaches the internet); returns the CompletedProcess."""
+    command = ["bash", str(REPO / "data-prep" / name), *map(str, args), "--workers", "1"]
+    command += [] if download else ["--no-download"]
+    environment = dict(os.environ, PYTHON=sys.executable, PYTHONWARNINGS="ignore", no_proxy="127.0.0.1", **(env or {}))
     return subprocess.run(command, capture_output=True, text=True, env=environment, timeout=600)
+
+
+def path_folder(folder, **programs):
+    """A folder for $PATH holding what the data-prep scripts run (bash, dirname) and PROGRAMS ({name: script}),
+    and nothing else: no apt-get unless PROGRAMS has one."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("bash", "dirname"):
+        (folder / name).symlink_to(shutil.which(name))
+    for name, script in programs.items():
+        (folder / name).write_text(script)
+        (folder / name).chmod(0o755)
+    return folder
+
+
+@contextlib.contextmanager
+def snapshot_server(files):
+    """An HTTP server on 127.0.0.1, in a thread, serving FILES ({sha1: bytes}) as /file/<sha1> the way
+    snapshot.debian.org does (404 for others); yields its base URL and the list of paths requested."""
+    requested = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            requested.append(self.path)
+            data = files.get(self.path.removeprefix("/file/"))
+            if data is None:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):  # pytest would show each request as captured stderr
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", requested
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def write_tarball(path, files, compression="gz"):

@@ -168,7 +168,7 @@ def test_a_corrupt_or_wrong_archive_is_named_and_nothing_is_written(tmp_path):
     (tmp_path / "archives" / "de-en.tgz").write_bytes(b"<html>404 Not Found</html>")
     result = run_script("prepare-iwslt14.sh", "--archives", tmp_path / "archives", "--output", tmp_path / "out")
     assert result.returncode == 1
-    error = f"error: {tmp_path / 'archives' / 'de-en.tgz'} is corrupt or not a tar archive"
+    error = f"deepnmt: error: {tmp_path / 'archives' / 'de-en.tgz'} is corrupt or not a tar archive"
     assert result.stderr.strip().splitlines()[-1].startswith(error)
     assert "[1/15] unpack de-en.tgz ... failed" in result.stdout
     assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["tmp"]

@@ -1,4 +1,4 @@
-"""python -m deepnmt_plugin.data RECIPE [--archives DIR] [--output DIR] [--bpe B] [--bpe-ops N] [--workers N]
+"""python -m deepnmt_plugin.data RECIPE [--archives DIR] [--output DIR] [--bpe B] [--bpe-ops N] [--workers N] [--unpinned]
 
 The data-prep/prepare-*.sh scripts are thin front ends to this.
 """
@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from deepnmt_plugin.data.debian import SNAPSHOT_URL
 from deepnmt_plugin.data.ding import DING
 from deepnmt_plugin.data.l10n import L10N
 from deepnmt_plugin.data.pipeline import DataPrepError, claim_output, run_steps, stamp_output
@@ -33,6 +34,12 @@ def parse_arguments(argv):
         help="one dictionary for both languages, as shared embeddings need (default: on)")
     add("--no-download", dest="download", action="store_false",
         help="never download: stop and list the missing archives instead")
+    add("--manifest", type=Path, metavar="FILE", help="l10n-de-en: the manifest that pins the .debs and the corpus checksum "
+        "(default: data-prep/l10n-de-en.manifest.json)")
+    add("--snapshot-url", default=SNAPSHOT_URL, metavar="BASE", help="l10n-de-en: where pinned .debs that are "
+        "neither in --archives nor from apt-get download are fetched, as BASE/file/<sha1> (default: %(default)s)")
+    add("--unpinned", action="store_true", help="l10n-de-en: build even from other .debs or settings than the "
+        "pinned ones, or to another checksum; the corpus is marked as unpinned")
     return parser.parse_args(argv)
 
 
@@ -48,17 +55,22 @@ def main(argv=None) -> int:
         workers=max(1, arguments.workers),
         joined_dictionary=arguments.joined_dictionary,
         download=arguments.download,
+        manifest=arguments.manifest,
+        snapshot_url=arguments.snapshot_url,
+        unpinned=arguments.unpinned,
     )
     settings = dict(recipe=recipe.name, bpe=options.bpe, bpe_ops=options.bpe_ops)
     settings["joined_dictionary"] = options.joined_dictionary
     try:
+        if recipe is not L10N and (arguments.manifest or arguments.unpinned or arguments.snapshot_url != SNAPSHOT_URL):
+            raise DataPrepError("--manifest, --snapshot-url and --unpinned apply to l10n-de-en only")
         claim_output(output, settings, recipe.final_names(options.bpe))
         recipe.ensure_sources(options)
         print(f"{recipe.title}: {output} (archives in {options.archives})", flush=True)
         stamp_output(output, settings)
         run_steps(recipe.steps(options), options.tmp / "done")
     except DataPrepError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"deepnmt: error: {error}", file=sys.stderr)
         return 1
     print(f"done: {output}/README lists the counts; train with data-bin {output / 'data-bin'}", flush=True)
     return 0

@@ -4,11 +4,17 @@ Every package below ships ``<prefix>/de/LC_MESSAGES/<domain>.mo``: compiled gett
 English message (msgid) to its German translation (msgstr), the material of OPUS's GNOME/KDE/Ubuntu
 corpora. Short, repetitive, real text: a small model learns it in minutes of CPU, where dictionary
 example sentences teach it little. ``L10N.about`` states the rules.
+
+The study's corpus is pinned by ``MANIFEST``: every .deb by its hashes, and the BPE'd text by its sha256
+(``corpus_checksum``), so that the same command builds the same corpus wherever and whenever it runs.
 """
 
+import dataclasses
 import functools
 import gettext
+import hashlib
 import io
+import json
 import re
 import zlib
 from pathlib import Path
@@ -16,7 +22,7 @@ from typing import Dict, Iterable, List, Tuple
 
 from deepnmt_plugin.data import debian, recipes
 from deepnmt_plugin.data.ding import preprocess
-from deepnmt_plugin.data.pipeline import DataPrepError, Step, write_lines
+from deepnmt_plugin.data.pipeline import DataPrepError, Step, source_fingerprints, write_lines, write_text_atomically
 from deepnmt_plugin.data.recipes import SPLITS, Options, Recipe
 
 # Debian 12 (bookworm) packages with large German catalogs, and the principal licence of each (its
@@ -100,15 +106,124 @@ def split_pairs(packages: Iterable[Iterable[Tuple[str, str]]]) -> Tuple[Dict[str
     return splits, messages
 
 
+# --- the pinned corpus ------------------------------------------------------------------------------
+
+MANIFEST = Path(__file__).resolve().parents[2] / "data-prep" / "l10n-de-en.manifest.json"
+TEXTS = tuple(f"{split}.{lang}" for split in SPLITS for lang in ("de", "en"))  # the checksum's order
+STAMP = "corpus.json"  # in --output: what the corpus was built from, its checksum and whether it is the pinned one
+ABOUT_MANIFEST = ("The depth study's l10n-de-en corpus (data-prep/prepare-l10n-de-en.sh, data-prep/README.md): the "
+                  ".debs it is built from and the sha256 of its BPE'd text; checksum: the sha256 of the output of "
+                  f"`sha256sum {' '.join(TEXTS)}`.")
+
+
+def text_hashes(folder: Path) -> Dict[str, str]:
+    missing = [name for name in TEXTS if not (folder / name).is_file()]
+    if missing:
+        raise DataPrepError(f"{folder} lacks {', '.join(missing)}: not a built l10n-de-en corpus")
+    return {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in TEXTS}
+
+
+def checksum(hashes: Dict[str, str]) -> str:
+    """One hash for the six files, reproducible in a shell as ``sha256sum <TEXTS> | sha256sum``."""
+    return hashlib.sha256("".join(f"{hashes[name]}  {name}\n" for name in TEXTS).encode()).hexdigest()
+
+
+def corpus_checksum(output: Path, manifest: Path = MANIFEST) -> Tuple[str, bool]:
+    """(checksum of the corpus in ``output``, whether it is the pinned one). Computed from the text files, not
+    read from their stamp, so a corpus built before stamps existed, or changed since, is reported as it is."""
+    found = checksum(text_hashes(Path(output)))
+    return found, found == read_manifest(manifest)["checksum"]
+
+
+def read_manifest(path: Path) -> dict:
+    """The manifest at ``path``, its .debs also as ``pins``."""
+    try:
+        manifest = json.loads(Path(path).read_text(encoding="utf-8"))
+        manifest["pins"] = [debian.PinnedDeb(**deb) for deb in manifest["debs"]]
+        consistent = checksum(manifest["texts"]) == manifest["checksum"] and "bpe_ops" in manifest["settings"]
+    except (OSError, ValueError, TypeError, KeyError) as error:
+        raise DataPrepError(f"{path} is not an l10n-de-en manifest ({type(error).__name__}: {error})") from error
+    if [pin.package for pin in manifest["pins"]] != list(PACKAGES) or not consistent:
+        raise DataPrepError(f"{path} is not an l10n-de-en manifest: it must pin the {len(PACKAGES)} packages "
+                            "in the recipe's order, and its checksum must be that of its texts")
+    return manifest
+
+
+def manifest_path(options: Options) -> Path:
+    return options.manifest or MANIFEST
+
+
+def manifest_settings(options: Options) -> dict:
+    """The flags that shape the text files (not --joined-dictionary, which shapes data-bin only)."""
+    return {"bpe": options.bpe, "bpe_ops": options.bpe_ops}
+
+
 def ensure_packages(options: Options) -> None:
-    debian.download_missing(list(PACKAGES), options.archives, options.download, "")
+    manifest = read_manifest(manifest_path(options))
+    if manifest_settings(options) != manifest["settings"] and not options.unpinned:
+        pinned = manifest["settings"]
+        raise DataPrepError(f"--bpe {options.bpe} --bpe-ops {options.bpe_ops} build another corpus than the pinned "
+                            f"one (--bpe {pinned['bpe']} --bpe-ops {pinned['bpe_ops']}, {manifest_path(options)}): "
+                            "build it with --unpinned, marked as unpinned")
+    debian.ensure_pinned(manifest["pins"], options.archives, options.download, options.snapshot_url, options.unpinned)
+
+
+def package_debs(options: Options) -> List[Path]:
+    """The .deb of each package, in the recipe's order, once ``ensure_packages`` has run."""
+    return debian.pinned_debs(read_manifest(manifest_path(options))["pins"], options.archives, options.unpinned)
+
+
+def corpus_record(debs: Iterable[Path], folder: Path, settings: dict) -> dict:
+    """A corpus as a manifest pins it: its .debs, the settings that shape it, its texts' hashes and checksum."""
+    hashes = text_hashes(folder)
+    return {"settings": settings, "debs": [dataclasses.asdict(debian.pin_of(deb)) for deb in debs],
+            "texts": hashes, "checksum": checksum(hashes)}
+
+
+def check_step(options: Options) -> Step:
+    """Stamp the BPE'd text with its checksum; one that is not the pinned one goes on only with --unpinned."""
+    manifest = manifest_path(options)
+
+    def check(stamp: Path) -> str:
+        pinned = read_manifest(manifest)["checksum"]
+        record = corpus_record(package_debs(options), options.output, manifest_settings(options))
+        if record["checksum"] != pinned and not options.unpinned:
+            raise DataPrepError(f"the corpus built from the pinned .debs has checksum {record['checksum']}, not the "
+                                f"pinned {pinned} ({manifest}): the recipe or its tools (sacremoses, subword-nmt) "
+                                "differ from those that made the pin; build it with --unpinned, marked as unpinned")
+        record.update(pinned=record["checksum"] == pinned, pinned_checksum=pinned, manifest=str(manifest))
+        write_text_atomically(stamp, json.dumps(record, indent=1) + "\n")
+        return f"checksum {record['checksum']}, {'the pinned one' if record['pinned'] else 'NOT the pinned one'}"
+
+    # The flag is an input: a corpus built with it is checked again when it is dropped.
+    inputs = {"sources": source_fingerprints(package_debs(options)),
+              "settings": dict(L10N.settings(options), unpinned=options.unpinned)}
+    return Step("check the corpus against the pinned checksum", [options.output / STAMP], check, inputs)
+
+
+def readme_notice(options: Options) -> str:
+    record = json.loads((options.output / STAMP).read_text(encoding="utf-8"))
+    if record["pinned"]:
+        return f"Corpus checksum {record['checksum']}: the pinned one ({record['manifest']})."
+    return (f"UNPINNED CORPUS (built with --unpinned): checksum {record['checksum']}, not the pinned "
+            f"{record['pinned_checksum']} of {record['manifest']}; {STAMP} lists the .debs it was built from.")
+
+
+def pin(output: Path, manifest: Path = MANIFEST) -> None:
+    """Re-pin: make the corpus built in ``output`` (with --unpinned, from the .debs to pin) the pinned one."""
+    record = json.loads((Path(output) / STAMP).read_text(encoding="utf-8"))
+    pinned = {"about": ABOUT_MANIFEST, **{key: record[key] for key in ("settings", "debs", "texts", "checksum")}}
+    write_text_atomically(Path(manifest), json.dumps(pinned, indent=1) + "\n")
+
+
+# --- the recipe -------------------------------------------------------------------------------------
 
 
 def l10n_steps(options: Options) -> List[Step]:
     tmp, languages = options.tmp, ("de", "en")
 
     def extract(*paths):
-        debs = [debian.newest_deb(options.archives, package) for package in PACKAGES]
+        debs = package_debs(options)
         splits, messages = split_pairs(package_pairs(deb) for deb in debs)
         for split, (german_path, english_path) in zip(SPLITS, zip(paths[0::2], paths[1::2])):
             write_lines(german_path, (german for german, _ in splits[split]))
@@ -137,6 +252,7 @@ def l10n_steps(options: Options) -> List[Step]:
             options, [tmp / f"{split}.{lang}" for lang in languages],
             [options.output / f"{split}.{lang}" for lang in languages],
         ))
+    steps.append(check_step(options))
     return steps
 
 
@@ -148,10 +264,14 @@ L10N = Recipe(
     default_output="l10n.tokenized.de-en",
     default_bpe_ops=2000,
     ensure_sources=ensure_packages,
+    sources=package_debs,
     corpus_steps=l10n_steps,
+    readme_notice=readme_notice,
     about=f"""
 Source: the German gettext catalogs (*/de/LC_MESSAGES/*.mo) of {len(PACKAGES)} Debian 12 packages,
-`apt-get download {' '.join(PACKAGES)}`.
+`apt-get download {' '.join(PACKAGES)}`,
+the versions pinned by data-prep/l10n-de-en.manifest.json (fetched from snapshot.debian.org where apt-get
+gives others); {STAMP} lists the .debs used.
 Licences (the principal one of each package; its usr/share/doc/<package>/copyright has the full terms):
 {', '.join(f'{package} {licence}' for package, licence in PACKAGES.items())}. This corpus is derived
 from them, so those licences apply to it.

@@ -44,6 +44,11 @@ class Options:
     workers: int
     joined_dictionary: bool
     download: bool
+    # l10n-de-en only: the manifest that pins its .debs and checksum (None: the recipe's own), where pinned
+    # .debs are fetched by hash, and whether a corpus other than the pinned one may be built.
+    manifest: Optional[Path]
+    snapshot_url: str
+    unpinned: bool
 
     @property
     def tmp(self) -> Path:
@@ -69,6 +74,8 @@ class Recipe:
     binarized_steps: Callable[[Options], List[Step]] = field(default=lambda options: [])  # after data-bin/
     # The files the steps read (after ensure_sources): a change to one redoes them. Default: all of --archives.
     sources: Callable[[Options], List[Path]] = field(default=lambda options: archive_files(options.archives))
+    # A line for the README, after its title: l10n-de-en says whether the corpus is the pinned one.
+    readme_notice: Callable[[Options], str] = field(default=lambda options: "")
 
     @property
     def languages(self):
@@ -261,9 +268,12 @@ def readme_step(options: Options, recipe: Recipe, steps: Sequence[Step]) -> Step
             f"{options.bpe_ops} {size}: {subword_model}), data-bin/ (fairseq-preprocess, {dictionary}), "
             "tmp/ (intermediate files; deletable)"
         )
+        header = f"{recipe.title}, built by deepnmt's data-prep ({recipe.name}).\n"
+        notice = recipe.readme_notice(options)
+        header += f"{notice}\n" if notice else ""
         write_text_atomically(
             path,
-            f"{recipe.title}, built by deepnmt's data-prep ({recipe.name}).\n\n{recipe.about.strip()}\n\n"
+            f"{header}\n{recipe.about.strip()}\n\n"
             f"Sentence pairs: {counts}.\n\nFiles: {files}.\n\nSteps:\n{log}\n",
         )
         return counts
