@@ -11,7 +11,9 @@ Two differences, both for checkpoints fairseq's script would mishandle: inputs a
 plugin's weights-only loader (torch >= 2.6 refuses fairseq checkpoints otherwise), and non-float
 tensors (Admin's ``admin_initialized`` flag) must be equal in every input and are kept, where fairseq
 floor-divides their sum (which fails on a bool). The output is written atomically (a temporary file,
-fsynced, renamed): a failure leaves no file, and an output that is one of the inputs is refused.
+fsynced, renamed): a failure leaves no file, and an output that is one of the inputs is refused, as is an output
+named as fairseq-train names its checkpoints (``checkpoint_last.pt`` is where a training resumes; the others are
+where it resumes when that one is unreadable, and what ``--num-*-checkpoints`` averages).
 """
 
 import argparse
@@ -23,6 +25,9 @@ from typing import List, Optional
 import torch
 
 from deepnmt_plugin import compat
+
+# The names fairseq-train gives its checkpoints: checkpoint_last.pt, its resume point, and the others (compat).
+TRAINING_CHECKPOINT = re.compile(r"checkpoint_last\.pt|" + compat.SAVED_CHECKPOINT.format(suffix=""))
 
 
 class AverageError(SystemExit):
@@ -72,11 +77,15 @@ def last_n_checkpoints(directory: str, n: int, update_based: bool, upper_bound: 
 
 
 def check_output(output: str, inputs: List[str]) -> None:
-    """Refuse, before reading anything, an output that is one of the inputs or lies in a missing directory."""
+    """Refuse, before reading anything, an output that is one of the inputs, a training's checkpoint name, or lies in a
+    missing directory."""
     for path in inputs:
         if os.path.exists(output) and os.path.exists(path) and os.path.samefile(path, output):
             raise AverageError(f"refusing to overwrite {path}, one of the checkpoints being averaged; "
                                "choose another --output")
+    if TRAINING_CHECKPOINT.fullmatch(os.path.basename(output)):
+        raise AverageError(f"refusing to write --output {output}: fairseq-train saves and resumes from checkpoints of "
+                           "that name; choose another name, e.g. checkpoint_averaged.pt")
     directory = os.path.dirname(output) or "."
     if not os.path.isdir(directory):
         raise AverageError(f"cannot write --output {output}: directory {directory} does not exist")
@@ -97,7 +106,10 @@ def main(argv=None) -> None:
                         help="with --num-*-checkpoints: ignore checkpoints after this epoch/update")
     args = parser.parse_args(argv)
 
-    number = args.num_epoch_checkpoints or args.num_update_checkpoints
+    number = args.num_update_checkpoints if args.num_epoch_checkpoints is None else args.num_epoch_checkpoints
+    if number is not None and number < 1:
+        flag = "--num-epoch-checkpoints" if args.num_update_checkpoints is None else "--num-update-checkpoints"
+        raise AverageError(f"{flag} must be at least 1, got {number}")
     if args.checkpoint_upper_bound is not None and number is None:
         parser.error("--checkpoint-upper-bound needs --num-epoch-checkpoints or --num-update-checkpoints")
     inputs = args.inputs

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import torch
-from fairseq.data import Dictionary
+from fairseq.data import Dictionary, data_utils
 from fairseq.modules import SinusoidalPositionalEmbedding
 from fairseq.tasks.translation import TranslationConfig
 
@@ -227,10 +227,17 @@ def export_checkpoint(source: str, target: str) -> None:
     """Read ``source``, write its stock export to ``target`` (atomically: a failure leaves no file)."""
     if os.path.exists(source) and os.path.exists(target) and os.path.samefile(source, target):
         raise ExportError(f"refusing to overwrite the checkpoint being exported ({source})")
+    if os.path.isdir(target):
+        raise ExportError(f"cannot write {target}: it is a directory; name the checkpoint file to write")
+    check_parent(target)
+    compat.save_atomically(export(compat.read_checkpoint(source), source), target)
+
+
+def check_parent(target: str) -> None:
+    """Refuse an output whose directory does not exist (a mistyped path), for either format."""
     directory = os.path.dirname(target) or "."
     if not os.path.isdir(directory):
         raise ExportError(f"cannot write {target}: directory {directory} does not exist")
-    compat.save_atomically(export(compat.read_checkpoint(source), source), target)
 
 
 def stock_checkpoint(state: dict, path: str) -> dict:
@@ -250,9 +257,11 @@ def export_ctranslate2(checkpoint: str, output_dir: str, quantization: Optional[
     Parameters
     ----------
     checkpoint : a fairseq-train checkpoint of a deep arch with a stock layout, or a stock transformer (exported).
-    output_dir : the model directory; it must be new, empty, or an earlier export (replaced whole, atomically).
+    output_dir : the model directory, in an existing folder; it must be new, empty, or an earlier export holding
+        only the files an export writes (replaced whole: a crash at any point leaves the earlier export or the new one).
     quantization : None (float32 weights), ``int8``, ``int8_float32`` or ``float16``.
-    data : the fairseq-preprocess folder with the dictionaries; default: the checkpoint's own data path.
+    data : the fairseq-preprocess folder with the dictionaries, and its binarized data unless the checkpoint records
+        the languages; default: the checkpoint's own data path.
 
     Returns
     -------
@@ -260,28 +269,84 @@ def export_ctranslate2(checkpoint: str, output_dir: str, quantization: Optional[
     """
     from deepnmt_plugin import serving  # ctranslate2 only when asked
 
-    output = Path(output_dir)
-    if output.exists() and not (output.is_dir() and (not any(output.iterdir())
-                                                     or (output / serving.TEXT_PROCESSING).exists())):
-        raise ExportError(f"{output} exists and is not an earlier CTranslate2 export: choose a new or empty OUT_DIR")
+    check_parent(os.path.normpath(output_dir))
+    output = Path(os.path.abspath(output_dir))  # absolute: it is renamed, and "." has no name
+    if output.exists():
+        if not (output.is_dir() and (not any(output.iterdir()) or (output / serving.TEXT_PROCESSING).exists())):
+            raise ExportError(f"{output_dir} exists and is not an earlier CTranslate2 export: choose a new or empty "
+                              "OUT_DIR")
+        others = sorted(path.name for path in output.iterdir()
+                        if path.name not in serving.EXPORT_FILES or path.is_dir())
+        if others:
+            raise ExportError(f"{output_dir} holds files an export does not write ({', '.join(others[:5])}"
+                              f"{', ...' if len(others) > 5 else ''}), which replacing it would delete: move them out "
+                              "or choose a new OUT_DIR")
     state = stock_checkpoint(compat.read_checkpoint(checkpoint), checkpoint)
     data_dir = Path(data or str(state["cfg"]["task"]["data"]).split(os.pathsep)[0])
-    if not any(data_dir.glob("dict.*.txt")):
-        where = "given with --data" if data else "the checkpoint's data path"
-        raise ExportError(f"no dictionaries (dict.*.txt) in {data_dir}, {where}: name their folder with --data DIR")
+    where = "given with --data" if data else "the checkpoint's data path"
+    languages = dictionary_languages(state, checkpoint, data_dir, where)
     partial = output.with_name(output.name + ".partial")
     try:
-        steps = serving.convert(state, data_dir, partial, quantization)
+        steps = serving.convert(state, data_dir, languages, partial, quantization)
     except ValueError as unsupported:  # ctranslate2's ConfigurationChecker lists its reasons on several lines
         shutil.rmtree(partial, ignore_errors=True)
         raise ExportError(f"cannot convert {checkpoint} to CTranslate2: {' '.join(str(unsupported).split())}")
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)  # a failure leaves no half-written directory
         raise
-    if output.exists():
-        shutil.rmtree(output)
-    os.replace(partial, output)
+    replace_directory(partial, output)
     return steps
+
+
+def dictionary_languages(state: dict, checkpoint: str, data_dir: Path, where: str) -> Tuple[str, str]:
+    """(source, target) language of ``state``'s model, whose dictionaries ``data_dir`` must hold, with as many entries
+    as its embedding tables have rows."""
+    if not any(data_dir.glob("dict.*.txt")):
+        raise ExportError(f"no dictionaries (dict.*.txt) in {data_dir}, {where}: name their folder with --data DIR")
+    task = state["cfg"]["task"]
+    languages = task.get("source_lang"), task.get("target_lang")
+    if None in languages:  # fairseq-train finds them in the names of the binarized files and records them nowhere
+        languages = data_utils.infer_language_pair(str(data_dir))
+    if None in languages:
+        raise ExportError(f"cannot tell the translation direction: {data_dir}, {where}, holds no binarized data (such "
+                          f"as train.de-en.de.idx) and {checkpoint} records no --source-lang/--target-lang; name the "
+                          "fairseq-preprocess output folder with --data DIR")
+    for side, language in zip(("encoder", "decoder"), languages):
+        path = data_dir / f"dict.{language}.txt"
+        if not path.is_file():
+            raise ExportError(f"no dictionary dict.{language}.txt in {data_dir}, {where}: name the folder of the "
+                              "model's dictionaries with --data DIR")
+        entries, rows = len(Dictionary.load(str(path))), len(state["model"][f"{side}.embed_tokens.weight"])
+        if entries != rows:
+            raise ExportError(f"{path} has {entries} entries but {checkpoint}'s {side} embeddings have {rows} rows: "
+                              "name the folder of the dictionaries the model was trained with in --data DIR")
+    return tuple(languages)
+
+
+def replace_directory(new: Path, output: Path) -> None:
+    """Rename ``new`` to ``output``; an earlier ``output`` is renamed aside first and deleted last, so a crash at any
+    point leaves one of the two whole (between the renames: the earlier under OUT.replaced, the new under its name)."""
+    for path in [*new.iterdir(), new]:  # written through before the renames: a power loss leaves no empty file
+        fsync(path)
+    aside = output.with_name(output.name + ".replaced")
+    if output.exists():
+        shutil.rmtree(aside, ignore_errors=True)  # left by a crash after its renames: older than ``output``
+        os.rename(output, aside)
+    os.rename(new, output)
+    fsync(output.parent)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def fsync(path: Path) -> None:
+    """Write a file, or a directory's entries, through to the disk."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    except OSError:  # some network and FUSE file systems cannot sync a directory (the renames stay atomic); a file must
+        if not path.is_dir():
+            raise
+    finally:
+        os.close(descriptor)
 
 
 def main(argv=None) -> None:
@@ -299,7 +364,8 @@ def main(argv=None) -> None:
                              "for python -m deepnmt_plugin.translate")
     parser.add_argument("--quantization", choices=("int8", "int8_float32", "float16"),
                         help="ctranslate2 only: weight type (default: float32)")
-    parser.add_argument("--data", help="ctranslate2 only: the fairseq-preprocess folder with the dictionaries "
+    parser.add_argument("--data", help="ctranslate2 only: the fairseq-preprocess folder with the dictionaries, and "
+                                       "its binarized data unless the checkpoint records --source-lang/--target-lang "
                                        "(default: the checkpoint's data path)")
     args = parser.parse_args(argv)
     if args.format == "fairseq":

@@ -14,7 +14,7 @@ writes one sentence for every input (a target-side language model that ignores t
 prints the scores and writes them as JSON with ``--json``. Output that misses a sentence is refused, not
 scored: every sentence id from 0 on must have its hypothesis and reference, and with ``--data-bin`` every
 sentence of the test set (fairseq-generate leaves sentences out silently, e.g. a last batch that is not a
-multiple of ``--required-batch-size-multiple``).
+multiple of ``--required-batch-size-multiple``). So is output holding a sentence twice (a second run appended).
 """
 
 import argparse
@@ -23,6 +23,7 @@ import os
 import re
 import sys
 from collections import Counter
+from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import sacrebleu
@@ -47,19 +48,31 @@ class ScoringError(SystemExit):
 
 def read_generate_output(path: str, sentences: Optional[int] = None) -> Tuple[List[str], List[str]]:
     """(hypotheses, references) in sentence-id order from fairseq-generate's ``H-``/``T-`` lines; refused
-    unless they cover ids 0 .. ``sentences`` - 1 (or, not given, every id up to the highest)."""
+    unless they cover ids 0 .. ``sentences`` - 1 (or, not given, every id up to the highest), each once."""
     hypotheses: Dict[int, str] = {}
     references: Dict[int, str] = {}
-    with open(path, encoding="utf-8") as lines:
-        for line in lines:
-            kind, _, rest = line.rstrip("\n").partition("-")
-            if kind not in ("H", "T") or not rest[:1].isdigit():
-                continue
-            fields = rest.split("\t")
-            if kind == "H":
-                hypotheses[int(fields[0])] = fields[2] if len(fields) > 2 else ""
-            else:
-                references[int(fields[0])] = fields[1] if len(fields) > 1 else ""
+    try:
+        with open(path, "rb") as handle:
+            content = handle.read()
+    except OSError as error:
+        raise ScoringError(f"cannot read {path}: {error.strerror}")
+    for number, raw in enumerate(content.splitlines(), 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ScoringError(f"{path}, line {number}: not UTF-8 (its byte {error.start + 1} is "
+                               f"{raw[error.start]:#x})")
+        kind, _, rest = line.partition("-")
+        if kind not in ("H", "T"):
+            continue
+        fields = rest.split("\t")
+        if not fields[0].isdecimal():
+            raise ScoringError(f"{path}, line {number}: {kind}-{fields[0]} is not a fairseq-generate sentence id")
+        texts, column = (hypotheses, 2) if kind == "H" else (references, 1)  # H-id, score, text; T-id, text
+        if int(fields[0]) in texts:
+            raise ScoringError(f"{path}, line {number}: a second {kind}-{fields[0]} (a second fairseq-generate run "
+                               "appended, or --nbest above 1?); score each run's output on its own, with --nbest 1")
+        texts[int(fields[0])] = fields[column] if len(fields) > column else ""
     if not hypotheses:
         raise ScoringError(f"{path} holds no fairseq-generate output (H-/T- lines)")
     unmatched = sorted(hypotheses.keys() ^ references.keys())
@@ -79,6 +92,19 @@ def read_generate_output(path: str, sentences: Optional[int] = None) -> Tuple[Li
 
 def id_list(ids: List[int], shown: int = 5) -> str:
     return ", ".join(map(str, ids[:shown])) + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
+
+
+def source_language(data_bin: str, subset: str, target_lang: str) -> str:
+    """The language ``data_bin``'s ``subset`` translates into ``target_lang``, as fairseq-preprocess named its files
+    (``test.de-en.en.idx``)."""
+    pairs = [path.name.split(".")[1].split("-") for path in Path(data_bin).glob(f"{subset}.*-*.{target_lang}.idx")]
+    sources = sorted({source for pair in pairs for source in pair if target_lang in pair and source != target_lang})
+    if not sources:
+        raise ScoringError(f"--data-bin {data_bin} holds no {subset} set for --target-lang {target_lang}")
+    if len(sources) > 1:
+        raise ScoringError(f"--data-bin {data_bin} holds {subset} sets from {' and '.join(sources)} into "
+                           f"{target_lang}: name --source-lang")
+    return sources[0]
 
 
 def subset_size(data_bin: str, subset: str, source_lang: str, target_lang: str) -> int:
@@ -134,7 +160,7 @@ def sacrebleu_test_set_references(test_set: str, source_lang: str, target_lang: 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser("python -m deepnmt_plugin.scoring", description=__doc__.split("\n\n")[0])
     parser.add_argument("generate_output", help="file holding fairseq-generate's output (run with --remove-bpe)")
-    parser.add_argument("--source-lang", default="en")
+    parser.add_argument("--source-lang", help="with --data-bin: found in its file names unless given")
     parser.add_argument("--target-lang", required=True)
     parser.add_argument("--data-bin", help="the data fairseq-generate read: refuse unless it translated every "
                                            "sentence of --gen-subset")
@@ -142,13 +168,18 @@ def main(argv=None) -> int:
     parser.add_argument("--sacrebleu-test-set", help="score detokenized output against this sacreBLEU test set")
     parser.add_argument("--json", help="also write the scores here")
     args = parser.parse_args(argv)
-    sentences = None
+    if args.json and not os.path.isdir(os.path.dirname(args.json) or "."):
+        raise ScoringError(f"cannot write --json {args.json}: directory {os.path.dirname(args.json)} does not exist")
+    source_lang, sentences = args.source_lang, None
     if args.data_bin:
-        sentences = subset_size(args.data_bin, args.gen_subset, args.source_lang, args.target_lang)
+        source_lang = source_lang or source_language(args.data_bin, args.gen_subset, args.target_lang)
+        sentences = subset_size(args.data_bin, args.gen_subset, source_lang, args.target_lang)
+    if args.sacrebleu_test_set and not source_lang:
+        raise ScoringError("--sacrebleu-test-set needs the language pair: give --source-lang, or --data-bin")
     hypotheses, references = read_generate_output(args.generate_output, sentences)
     raw = None
     if args.sacrebleu_test_set:
-        raw = sacrebleu_test_set_references(args.sacrebleu_test_set, args.source_lang, args.target_lang)
+        raw = sacrebleu_test_set_references(args.sacrebleu_test_set, source_lang, args.target_lang)
         if len(raw) != len(hypotheses):
             raise ScoringError(f"{args.sacrebleu_test_set} has {len(raw)} references, "
                                f"{args.generate_output} has {len(hypotheses)} hypotheses")

@@ -23,12 +23,17 @@ import torch
 from ctranslate2.converters import FairseqConverter
 from ctranslate2.converters.fairseq import _get_model_spec, _get_vocab, set_transformer_decoder, set_transformer_encoder
 from fairseq import models, tasks
+from fairseq.models.transformer import DEFAULT_MAX_SOURCE_POSITIONS, DEFAULT_MAX_TARGET_POSITIONS
 from sacremoses import MosesDetokenizer
 
 from deepnmt_plugin.data import moses
 from deepnmt_plugin.data.subwords import MODEL_NAMES as SUBWORD_MODEL_NAMES
 
 TEXT_PROCESSING = "text_processing.json"
+# Every file an export writes: CTranslate2's model, config and vocabularies (one shared, or source and target), the
+# data-prep's subword model and the raw-text steps. A directory holding others is not replaced (they would be lost).
+EXPORT_FILES = {"model.bin", "config.json", "shared_vocabulary.json", "source_vocabulary.json",
+                "target_vocabulary.json", *SUBWORD_MODEL_NAMES.values(), TEXT_PROCESSING}
 README_RECIPE = re.compile(r"built by deepnmt's data-prep \(([^)]+)\)\.")
 
 
@@ -37,7 +42,8 @@ class TextProcessing:
     """What a raw source line goes through before the model, and a hypothesis after it.
 
     Source: [normalize-punctuation, remove-non-printing-char], [Moses tokenizer [-a]], [lowercase], subword
-    segmentation; target: subword joining, Moses detokenizer. Each flag is what the data-prep recipe did.
+    segmentation; target: subword joining, Moses detokenizer. Each flag is what the data-prep recipe did; the
+    position limits are the model's.
     """
 
     source_lang: str
@@ -49,6 +55,10 @@ class TextProcessing:
     lowercase: bool = False
     subword: Optional[str] = None  # "subword-nmt" or "sentencepiece"
     subword_model: Optional[str] = None  # its file name inside the model directory
+    # the encoder's and decoder's positions (--max-*-positions, </s> included): the longest source translated whole,
+    # the longest hypothesis; an export written before they were recorded has fairseq's defaults
+    max_source_positions: int = DEFAULT_MAX_SOURCE_POSITIONS
+    max_target_positions: int = DEFAULT_MAX_TARGET_POSITIONS
 
     def preprocess(self, line: str) -> str:
         """What the data-prep did to a source line before its subword model."""
@@ -98,15 +108,16 @@ class InMemoryFairseqConverter(FairseqConverter):
     (training may have used ``translation_deep``, which stock fairseq does not register).
     """
 
-    def __init__(self, checkpoint: dict, data_dir: str):
+    def __init__(self, checkpoint: dict, data_dir: str, languages: Sequence[str]):
         super().__init__(model_path="", data_dir=data_dir)
-        self.checkpoint = checkpoint
-        self.languages = None  # (source, target), known once loaded
+        self.checkpoint, self.languages = checkpoint, languages
+        self.max_positions = None  # (source, target), known once loaded
 
     def _load(self):
         model_cfg = self.checkpoint["cfg"]["model"]
         args = argparse.Namespace(**(model_cfg if isinstance(model_cfg, dict) else vars(model_cfg)))
         args.data, args.task, args.user_dir = self._data_dir, "translation", None
+        args.source_lang, args.target_lang = self.languages  # not inferred: a folder of dictionaries does not name them
         spec = _get_model_spec(args)
         task = tasks.setup_task(args)
         with torch.no_grad():
@@ -120,7 +131,7 @@ class InMemoryFairseqConverter(FairseqConverter):
         spec.config.decoder_start_token = spec.config.eos_token  # fairseq starts decoding from </s>
         spec.config.add_source_eos = True  # and ends every source with </s>
         spec.config.layer_norm_epsilon = model.encoder.layers[0].final_layer_norm.eps
-        self.languages = (task.cfg.source_lang, task.cfg.target_lang)
+        self.max_positions = model.max_positions()
         return spec
 
 
@@ -159,33 +170,42 @@ def text_processing(data_dir: Path, languages: Sequence[str], model_dir: Path) -
     return steps
 
 
-def convert(state: dict, data_dir: Path, directory: Path, quantization: Optional[str]) -> TextProcessing:
-    """CTranslate2's files for the stock checkpoint ``state``, the subword model and ``text_processing.json``;
-    ValueError (ctranslate2's, its reasons on several lines) when CTranslate2 cannot represent the model."""
-    converter = InMemoryFairseqConverter(state, str(data_dir))
+def convert(state: dict, data_dir: Path, languages: Sequence[str], directory: Path,
+            quantization: Optional[str]) -> TextProcessing:
+    """CTranslate2's files for the stock checkpoint ``state`` translating ``languages`` (source, target), the subword
+    model and ``text_processing.json``; ValueError (ctranslate2's, its reasons on several lines) when CTranslate2
+    cannot represent the model."""
+    converter = InMemoryFairseqConverter(state, str(data_dir), languages)
     converter.convert(str(directory), quantization=quantization, force=True)
-    steps = text_processing(data_dir, converter.languages, directory)
+    steps = text_processing(data_dir, languages, directory)
+    steps.max_source_positions, steps.max_target_positions = converter.max_positions
     steps.save(directory)
     return steps
 
 
-def fairseq_max_length(sources: Sequence[Sequence[str]], max_len_a: float, max_len_b: int) -> int:
+def fairseq_max_length(sources: Sequence[Sequence[str]], max_len_a: float, max_len_b: int,
+                       max_target_positions: int) -> int:
     """fairseq-generate's limit for a batch: ``a * width + b`` target tokens before ``</s>``, where ``width`` is the
-    longest source with its ``</s>`` (SequenceGenerator reads the padded width of the batch, not each sentence)."""
-    return int(max_len_a * (max(len(tokens) for tokens in sources) + 1) + max_len_b)
+    longest source with its ``</s>`` (SequenceGenerator reads the padded width of the batch, not each sentence), and
+    at most one less than the decoder's positions, as fairseq-generate caps it (CTranslate2 fails past its table)."""
+    return min(int(max_len_a * (max(len(tokens) for tokens in sources) + 1) + max_len_b), max_target_positions - 1)
 
 
 def translate_batches(
-    translator, batches: List[List[List[str]]], beam: int, max_len_a: float, max_len_b: int
+    translator, batches: List[List[List[str]]], beam: int, max_len_a: float, max_len_b: int,
+    max_target_positions: int = DEFAULT_MAX_TARGET_POSITIONS,
 ) -> List[List[List[str]]]:
     """CTranslate2 beam search set up as fairseq-generate's (length-normalised scores, padding never generated) on
     every batch, queued at once so that each of the translator's workers (``inter_threads``) takes the next batch as
-    soon as it is free; the best hypotheses come back in order."""
+    soon as it is free; the best hypotheses come back in order. Sources go in whole (CTranslate2 cuts them after
+    1,024 tokens by default): the caller keeps them within the model's source positions. ``max_target_positions``:
+    the decoder's (default: fairseq's)."""
     pending = [
         translator.translate_batch(
             sources,
             beam_size=beam,
-            max_decoding_length=fairseq_max_length(sources, max_len_a, max_len_b),
+            max_decoding_length=fairseq_max_length(sources, max_len_a, max_len_b, max_target_positions),
+            max_input_length=0,
             suppress_sequences=[["<blank>"]],  # fairseq's <pad>, renamed by the converter
             asynchronous=True,
         )

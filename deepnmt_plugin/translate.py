@@ -3,19 +3,28 @@
 ``python -m deepnmt_plugin.translate --model OUT_DIR < german.txt > english.txt``: one line in, one line out. Each
 line goes through the data-prep's own steps (``text_processing.json``: Moses normalisation, tokenizer and lowercasing
 as its recipe did, then its subword model), CTranslate2's beam search set up as fairseq-generate's, subword joining
-and the Moses detokenizer of the target language.
+and the Moses detokenizer of the target language. Input that cannot be translated as it is, a line that is not UTF-8
+or longer than the model's source positions, stops the run in one line naming it (the lines of earlier buffers are
+written already).
 """
 
 import argparse
 import itertools
 import sys
 from pathlib import Path
-from typing import Iterable, Iterator, List
+from typing import BinaryIO, Iterable, Iterator, List
 
 import ctranslate2
 
 from deepnmt_plugin.data import subwords
 from deepnmt_plugin.serving import TEXT_PROCESSING, TextProcessing, translate_batches
+
+
+class TranslateError(SystemExit):
+    """The input or a flag cannot be used: one line, exit status 1, nothing of its buffer written."""
+
+    def __init__(self, message: str):
+        super().__init__(f"deepnmt: error: {message}")
 
 
 class RawTextTranslator:
@@ -45,18 +54,35 @@ class RawTextTranslator:
             processed = subwords.apply(self.steps.subword, self.directory / self.steps.subword_model, processed, 1)
         return [line.split() for line in processed]
 
-    def translate(self, lines: List[str]) -> List[str]:
-        """One translation per line, in order; an empty line stays empty."""
+    def translate(self, lines: List[str], first_line: int = 1) -> List[str]:
+        """One translation per line, in order; an empty line stays empty. A source longer than the model's positions
+        is refused (CTranslate2 would cut it), naming its line: ``first_line`` is the number of ``lines[0]``."""
         sources = self.source_tokens(lines)
+        longest = self.steps.max_source_positions - 1  # </s> takes a position
+        for number, tokens in enumerate(sources, first_line):
+            if len(tokens) > longest:
+                raise TranslateError(f"input line {number} is {len(tokens)} subwords long; the model takes at most "
+                                     f"{longest} ({longest + 1} source positions, one for </s>)")
         by_length = sorted((i for i, tokens in enumerate(sources) if tokens), key=lambda i: len(sources[i]))
         translations = [""] * len(lines)
         batches = [by_length[start:start + self.batch_size] for start in range(0, len(by_length), self.batch_size)]
         hypotheses = translate_batches(self.translator, [[sources[i] for i in batch] for batch in batches], self.beam,
-                                       self.max_len_a, self.max_len_b)
+                                       self.max_len_a, self.max_len_b, self.steps.max_target_positions)
         for batch, batch_hypotheses in zip(batches, hypotheses):
             for i, tokens in zip(batch, batch_hypotheses):
                 translations[i] = self.steps.postprocess(tokens)
         return translations
+
+
+def input_lines(stream: BinaryIO) -> Iterator[str]:
+    """The lines of ``stream`` without their newline, decoded strictly: a byte that is not UTF-8 is refused with its
+    line (text-mode stdin, by the locale, escapes it for the Moses steps to drop silently, or fails in a traceback)."""
+    for number, line in enumerate(stream, 1):
+        try:
+            yield line.decode("utf-8").rstrip("\n")
+        except UnicodeDecodeError as error:
+            raise TranslateError(f"input line {number} is not UTF-8 (its byte {error.start + 1} is "
+                                 f"{line[error.start]:#x}); convert the input first, e.g. iconv -f latin1 -t utf-8")
 
 
 def chunks(lines: Iterable[str], size: int) -> Iterator[List[str]]:
@@ -77,14 +103,20 @@ def main(argv=None) -> None:
                         help="lines read before translating; each is written once its buffer is done (default: 1024)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"))
     args = parser.parse_args(argv)
+    for flag, value in (("--beam", args.beam), ("--threads", args.threads), ("--batch-size", args.batch_size),
+                        ("--buffer-size", args.buffer_size)):
+        if value < 1:  # CTranslate2 raises on a beam of 0, waits forever with no thread; no buffer reads nothing
+            raise TranslateError(f"{flag} must be at least 1, got {value}")
+    if args.device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
+        raise TranslateError("--device cuda: CTranslate2 finds no CUDA device; use --device cpu or auto")
     if not (Path(args.model) / TEXT_PROCESSING).is_file():
-        parser.exit(1, f"deepnmt: error: {args.model} is not a model directory written by "
-                       f"deepnmt-export --format ctranslate2 (no {TEXT_PROCESSING})\n")
+        raise TranslateError(f"{args.model} is not a model directory written by deepnmt-export --format ctranslate2 "
+                             f"(no {TEXT_PROCESSING})")
     translator = RawTextTranslator(args.model, args.beam, args.max_len_a, args.max_len_b, args.threads,
                                    args.batch_size, args.device)
-    lines = (line.rstrip("\n") for line in sys.stdin)
-    for chunk in chunks(lines, args.buffer_size):
-        sys.stdout.write("".join(translation + "\n" for translation in translator.translate(chunk)))
+    for index, chunk in enumerate(chunks(input_lines(sys.stdin.buffer), args.buffer_size)):
+        translations = translator.translate(chunk, first_line=index * args.buffer_size + 1)
+        sys.stdout.write("".join(translation + "\n" for translation in translations))
         sys.stdout.flush()
 
 

@@ -209,7 +209,7 @@ def test_translate_goes_from_raw_text_to_detokenized_fairseq_generate_output(tra
     assert translator.source_tokens(raw) == [line.split() for line in read_lines(prepared / "test.de")]
 
     lines = raw[:20] + [""]  # an empty line stays an empty line
-    monkeypatch.setattr(sys, "stdin", io.StringIO("".join(line + "\n" for line in lines)))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("".join(line + "\n" for line in lines).encode())))
     translate_main(["--model", str(tmp_path / "ct2"), "--threads", "1"])
     output = capsys.readouterr().out
     translations = output.split("\n")
