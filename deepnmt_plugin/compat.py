@@ -1,7 +1,7 @@
 """Shims that make fairseq 0.12 (``fairseq-fixed``) work on torch >= 2.6 / Python 3.11, and make its
 failures safe and clear: checkpoints written atomically and resumed from an intact one, resume that
 repeats the uninterrupted run's batches, and one line (no traceback) for unreadable checkpoints, data
-files and flags.
+files and flags, and for a checkpoint resumed with other model flags than it was trained with.
 
 Every shim names the upstream problem it works around. Importing the plugin installs them
 (``fairseq-train --user-dir deepnmt_plugin`` imports it before any checkpoint is read).
@@ -16,6 +16,7 @@ import logging
 import os
 import pickle
 import re
+import secrets
 import shutil
 import struct
 from typing import Optional
@@ -137,10 +138,11 @@ def read_checkpoint(path) -> dict:
 
 @contextlib.contextmanager
 def atomic_write(path):
-    """Yield a temporary path beside ``path``; once the body has written it, fsync it and rename it over
-    ``path``. A crash (kill -9, power loss) leaves the old file or the new one, never a torn one; an
-    exception leaves no temporary file."""
-    partial = f"{path}.tmp"
+    """Yield a temporary path beside ``path``, this call's alone (pid and random suffix: two processes writing one
+    file must not write one temporary file, or each renames the other's half-written bytes); once the body has
+    written it, fsync it and rename it over ``path``. A crash (kill -9, power loss) leaves the old file or the new
+    one, never a torn one; an exception leaves no temporary file."""
+    partial = f"{path}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     try:
         yield partial
         with open(partial, "rb") as written:
@@ -166,7 +168,8 @@ def save_atomically(obj, path) -> None:
 
 def _atomic_persistent_save(torch_persistent_save):
     """fairseq writes a checkpoint to ``NAME.tmp`` and renames it, but never fsyncs: after a power loss
-    the renamed file can be empty. Remote (ioPath) and asynchronous writes keep fairseq's way."""
+    the renamed file can be empty; and ``NAME.tmp`` is every writer's, so two trainers saving into one
+    save-dir tear each other's checkpoint. Remote (ioPath) and asynchronous writes keep fairseq's way."""
 
     @functools.wraps(torch_persistent_save)
     def save(obj, filename, async_write: bool = False):
@@ -237,6 +240,39 @@ def _resume_from_an_intact_checkpoint(load_checkpoint):
             return load_checkpoint(cfg, trainer, **passthrough_args)
         finally:
             cfg.restore_file = "checkpoint_last.pt"
+
+    load.deepnmt_wrapped = True
+    return load
+
+
+# The model flags that decide which parameters a model has, and their shapes.
+MODEL_LAYOUT_FLAGS = ("arch", "encoder_layers", "decoder_layers", "encoder_embed_dim", "decoder_embed_dim",
+                      "encoder_ffn_embed_dim", "decoder_ffn_embed_dim", "share_all_embeddings",
+                      "share_decoder_input_output_embed")
+
+
+def _refuse_another_model(load_checkpoint):
+    """Resumed with other model flags than its checkpoint was trained with (another --encoder-layers), fairseq fails
+    to load the parameters in a traceback that names no flag ("please ensure that the architectures match"). Name
+    the flags and both values in one line; nothing is saved before the checkpoint is loaded."""
+
+    @functools.wraps(load_checkpoint)
+    def load(self, filename, *args, **kwargs):
+        try:
+            return load_checkpoint(self, filename, *args, **kwargs)
+        except Exception as error:
+            if not str(error).startswith("Cannot load model parameters from checkpoint"):
+                raise
+            saved, given = checkpoint_utils.load_checkpoint_to_cpu(filename)["cfg"]["model"], self.cfg.model
+            differing = [name for name in MODEL_LAYOUT_FLAGS if getattr(saved, name, None) != getattr(given, name, None)]
+
+            def flags(model_cfg) -> str:
+                return " ".join(f"--{name.replace('_', '-')} {getattr(model_cfg, name, None)}" for name in differing)
+
+            reason = (f"it was trained with {flags(saved)}, not {flags(given)}" if differing
+                      else "its parameters do not fit the model these flags build")
+            raise SystemExit(f"deepnmt: error: cannot resume from {filename}: {reason}; give the flags it was trained "
+                             "with, or another --save-dir") from None
 
     load.deepnmt_wrapped = True
     return load
@@ -467,6 +503,7 @@ def install():
         _wrap(mixin, "state_dict", _saving_loss_scaler_counters)
         _wrap(mixin, "load_state_dict", _restoring_loss_scaler_counters)
     _wrap(Trainer, "__init__", _refuse_half_precision_on_cpu)
+    _wrap(Trainer, "load_checkpoint", _refuse_another_model)
     _wrap(distributed_utils, "call_main", _checked_start)
     if not getattr(TranslationTask.setup_task, "deepnmt_wrapped", False):
         unwrapped = TranslationTask.__dict__["setup_task"].__func__  # called with cls, so subclasses stay themselves

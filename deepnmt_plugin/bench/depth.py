@@ -14,9 +14,11 @@ changes (T-Fixup and Pre-LN claim to need none; Admin's and DeepNet's recipes wa
 Outputs in ``--workdir``: ``bench_depth.json`` (every run), ``bench_depth.md`` (tables),
 ``update_norm_<depth>L.png`` (update norm vs update, one line per method) and
 ``final_loss_vs_depth.png``. A run whose ``result.json`` exists is not run again, so an interrupted
-sweep resumes; its log is ``<workdir>/<method>_<depth>L/train.log``. ``--jobs N`` trains N runs at once,
-deepest first so the workers finish together: on the CPU each gets an equal share of the cores as
-OMP threads (a 64-dim model uses a second thread poorly, so 2 runs x 1 thread beat 1 run x 2); on
+sweep resumes; its log is ``<workdir>/<method>_<depth>L/train.log``. A run that crashed (not a divergence) keeps no
+``result.json``: the sweep names it, exits 1, and the next invocation retries it. A run is locked while it trains: a
+second sweep on the same ``--workdir`` skips it, saying so. Its trainer dies with the sweep, kill -9 included.
+``--jobs N`` trains N runs at once, deepest first so the workers finish together: on the CPU each gets an equal share
+of the cores as OMP threads (a 64-dim model uses a second thread poorly, so 2 runs x 1 thread beat 1 run x 2); on
 CUDA they share the GPU, whose tiny-model steps are bound by kernel launches, not arithmetic.
 """
 
@@ -34,9 +36,10 @@ from pathlib import Path
 from typing import List, Optional
 
 from deepnmt_plugin.bench import pyplot, study
-from deepnmt_plugin.bench.runs import (FINISHED, LABEL_SMOOTHING, METHODS, classify, final_valid_loss, plot_vs_depth,
-                                       say, unigram_plateau, update_norm_curve, verdict)
-from deepnmt_plugin.reproduce import USER_DIR, data_bin
+from deepnmt_plugin.bench.runs import (FAILED, FINISHED, LABEL_SMOOTHING, METHODS, CellBusy, cell_lock,
+                                       children_stop_with_driver, classify, final_valid_loss, plot_vs_depth, run_owned,
+                                       say, unfinished, unigram_plateau, update_norm_curve, verdict)
+from deepnmt_plugin.reproduce import USER_DIR, OneLineParser, data_bin
 
 TINY = [  # 64-128-2
     "--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128",
@@ -106,27 +109,31 @@ def describe_schedule(preset: Preset) -> str:
 
 
 def run_one(args, method: str, depth: int, preset: Preset, threads: Optional[int] = None) -> dict:
+    """The run's record, trained now unless an earlier invocation kept it; CellBusy where another driver trains it."""
     directory = Path(args.workdir) / f"{method}_{depth}L"
-    result_path = directory / "result.json"
-    if result_path.exists():
-        return json.loads(result_path.read_text())
     directory.mkdir(parents=True, exist_ok=True)
-    save_dir, log_path = directory / "checkpoints", directory / "train.log"
-    command = train_command(args.data_bin, method, depth, preset, save_dir, cpu=args.cpu)
-    environment = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
-    started = time.time()
-    with open(log_path, "w") as log_file:
-        returncode = subprocess.run(command, stdout=log_file, stderr=subprocess.STDOUT, env=environment).returncode
-    seconds = round(time.time() - started, 1)
-    shutil.rmtree(save_dir, ignore_errors=True)  # --no-save; only fairseq's crash.pt can be there
-    log = log_path.read_text()
-    losses = re.findall(r"\| train_inner \|.*?loss=([^,\s]+)", log)
-    result = {
-        "method": method, "depth": depth, "budget": budget(preset), "status": classify(log, returncode), "returncode": returncode,
-        "final_valid_loss": final_valid_loss(log), "final_train_loss": float(losses[-1]) if losses else None,
-        "update_norm": update_norm_curve(log), "seconds": seconds, "log": str(log_path),
-    }
-    result_path.write_text(json.dumps(result, indent=1))
+    with cell_lock(directory):
+        result_path = directory / "result.json"
+        if result_path.exists():  # read under the lock: a driver that held it may have just written it
+            return json.loads(result_path.read_text())
+        save_dir, log_path = directory / "checkpoints", directory / "train.log"
+        command = train_command(args.data_bin, method, depth, preset, save_dir, cpu=args.cpu)
+        environment = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
+        started = time.time()
+        with open(log_path, "w") as log_file:
+            returncode = run_owned(command, stdout=log_file, stderr=subprocess.STDOUT, env=environment)
+        seconds = round(time.time() - started, 1)
+        shutil.rmtree(save_dir, ignore_errors=True)  # --no-save; only fairseq's crash.pt can be there
+        log = log_path.read_text()
+        losses = re.findall(r"\| train_inner \|.*?loss=([^,\s]+)", log)
+        result = {
+            "method": method, "depth": depth, "budget": budget(preset), "status": classify(log, returncode),
+            "returncode": returncode, "final_valid_loss": final_valid_loss(log),
+            "final_train_loss": float(losses[-1]) if losses else None,
+            "update_norm": update_norm_curve(log), "seconds": seconds, "log": str(log_path),
+        }
+        if result["status"] != FAILED:  # a crash (out of memory, a bad flag) is no result: the next invocation retries it
+            result_path.write_text(json.dumps(result, indent=1))
     return result
 
 
@@ -187,7 +194,7 @@ def write_plots(runs: List[dict], workdir: Path) -> List[Path]:
 
 
 def parse_arguments(argv=None):
-    parser = argparse.ArgumentParser("python -m deepnmt_plugin.bench.depth", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser("python -m deepnmt_plugin.bench.depth", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, help="a data-prep output (holding data-bin/) or a data-bin folder")
     presets = parser.add_mutually_exclusive_group()
     presets.add_argument("--quick", action="store_const", dest="preset", const="quick",
@@ -199,7 +206,7 @@ def parse_arguments(argv=None):
                               "trained until it translates, then test BLEU (bench/study.py); study-micro checks its pipeline")
     parser.set_defaults(preset="full")  # about 69 min on 2 CPU cores with --jobs 2 (15.3 quick + 53.3 for 100L, 200L)
     parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
-    parser.add_argument("--depths", nargs="+", type=int, help="override the preset's depths")
+    parser.add_argument("--depths", nargs="+", type=positive_int, help="override the preset's depths")
     parser.add_argument("--max-update", type=positive_int,
                         help="override the preset's updates, every cell's (study: the checkpointed cells' own too)")
     parser.add_argument("--warmup-updates", type=positive_int, default=0,
@@ -242,7 +249,11 @@ def main(argv=None) -> int:
     def run_and_report(index, method, depth):
         label = f"[{index}/{len(plan)}] {method} {depth}L-{depth}L"
         say(f"{label} ...")
-        run = run_one(args, method, depth, preset, threads)
+        try:
+            run = run_one(args, method, depth, preset, threads)
+        except CellBusy as busy:
+            say(f"{label}: busy, {busy}; skipped")
+            return None
         run.update(unigram_plateau=round(plateau, 3),
                    verdict=verdict(run["status"], run["final_valid_loss"], [], plateau))
         loss = "–" if run["final_valid_loss"] is None else f"{run['final_valid_loss']:.3f}"
@@ -251,10 +262,15 @@ def main(argv=None) -> int:
         return run
 
     started = time.time()
-    with ThreadPoolExecutor(max_workers=args.jobs) as workers:
-        runs = list(workers.map(run_and_report, range(1, len(plan) + 1), *zip(*order)))
+    with ThreadPoolExecutor(max_workers=args.jobs) as workers, children_stop_with_driver():
+        outcomes = list(workers.map(run_and_report, range(1, len(plan) + 1), *zip(*order)))
     wall_minutes = (time.time() - started) / 60
-    runs.sort(key=lambda run: plan.index((run["method"], run["depth"])))
+    busy = [f"{method}_{depth}L" for (method, depth), run in zip(order, outcomes) if run is None]
+    crashed = [f"{run['method']}_{run['depth']}L" for run in outcomes if run and run["status"] == FAILED]
+    runs = sorted((run for run in outcomes if run and run["status"] != FAILED),
+                  key=lambda run: plan.index((run["method"], run["depth"])))
+    if not runs:
+        return unfinished(crashed, busy)
     footer = (f"This invocation: {wall_minutes:.1f} minutes wall clock on {device}, --jobs {args.jobs}"
               + (f", {reused} run{'s' * (reused > 1)} reused from an earlier one." if reused else "."))
     report = {"preset": args.preset, "settings": asdict(preset), "jobs": args.jobs, "device": device,
@@ -264,7 +280,7 @@ def main(argv=None) -> int:
     plots = write_plots(runs, workdir)
     print(f"wrote {workdir / 'bench_depth.json'}, {workdir / 'bench_depth.md'} and {len(plots)} plots", flush=True)
     print((workdir / "bench_depth.md").read_text(), flush=True)
-    return 0
+    return unfinished(crashed, busy)
 
 
 def run_study(args) -> int:

@@ -9,8 +9,10 @@ with ``--checkpoint-activations``, and each cell's peak RSS is measured (``os.wa
 
 Resumable at every level: a cell whose ``result.json`` exists is reused; a cell stopped mid-training
 resumes from its ``checkpoint_last.pt`` (fairseq's own resume, saved every ``save_interval`` updates);
-generation and scoring are skipped when their outputs exist. ``--jobs N`` trains N cells at once,
-deepest first, the CPU cores split between them as OMP threads.
+generation and scoring are skipped when their outputs exist; a crashed cell (not a divergence) keeps no
+``result.json``: the study names it, exits 1, and the next invocation resumes it. A cell is locked while it trains, so
+a second study on the same ``--workdir`` skips it, saying so; its trainer, generate and scoring die with the study,
+kill -9 included. ``--jobs N`` trains N cells at once, deepest first, the CPU cores split between them as OMP threads.
 
 Outputs in ``--workdir`` (default ``runs/depth_study``), over every finished cell there, this invocation's and earlier
 ones': ``results.csv`` (one row a cell), ``results.md``,
@@ -34,8 +36,9 @@ from pathlib import Path
 from typing import List, Optional
 
 from deepnmt_plugin.bench import pyplot
-from deepnmt_plugin.bench.runs import (FAILED, FINISHED, LABEL_SMOOTHING, METHODS, STALLED, VERDICT_RULES, classify,
-                                       final_valid_loss, method_style, plot_vs_depth, say, unigram_plateau,
+from deepnmt_plugin.bench.runs import (FAILED, FINISHED, LABEL_SMOOTHING, METHODS, STALLED, VERDICT_RULES, CellBusy,
+                                       cell_lock, children_stop_with_driver, classify, final_valid_loss, method_style,
+                                       owned_process, plot_vs_depth, run_owned, say, unfinished, unigram_plateau,
                                        update_norm_curve, valid_loss_curve, verdict)
 from deepnmt_plugin.reproduce import DIVERGED, USER_DIR, diverged_log
 
@@ -162,8 +165,8 @@ def run_measured(command: List[str], log_path: Path, environment: dict, label: s
     """(exit status, seconds, peak RSS in KiB) of ``command``, its output appended to ``log_path``; a progress line
     every PROGRESS_EVERY updates and at validation, so a long cell shows where it is."""
     started = time.time()
-    with open(log_path, "a") as log:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environment, text=True)
+    with open(log_path, "a") as log, owned_process(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                                   env=environment, text=True) as process:
         for line in process.stdout:
             log.write(line)
             log.flush()
@@ -187,51 +190,53 @@ def last_update(log: str) -> int:
 
 
 def run_cell(args, cell: Cell, preset: StudyPreset, threads: Optional[int]) -> dict:
-    """Train (resuming), generate, score; returns and keeps the cell's result."""
+    """Train (resuming), generate, score; returns and keeps the cell's result. CellBusy where another driver holds the
+    cell's lock."""
     directory = Path(args.workdir) / cell.name
-    result_path = directory / "result.json"
-    if result_path.exists():
-        kept = json.loads(result_path.read_text())
-        return {**kept, **cell_verdict(kept, args.unigram_plateau)}
     directory.mkdir(parents=True, exist_ok=True)
-    save_dir, log_path, progress_path = directory / "checkpoints", directory / "train.log", directory / "train.json"
-    environment = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
-    # what earlier, interrupted invocations measured: the segments' seconds add up, the peak RSS is their max
-    progress = json.loads(progress_path.read_text()) if progress_path.exists() else {"seconds": 0.0, "rss_kib": 0}
-    log = log_path.read_text() if log_path.exists() else ""
-    if progress.get("returncode") != 0 and not diverged_log(log):  # not finished: train, or resume
-        command = train_command(args.data_bin, cell, preset, save_dir, cpu=args.cpu)
-        (directory / "train_command.txt").write_text(recorded_command(command) + "\n")  # the cell's exact fairseq-train
-        returncode, seconds, rss_kib = run_measured(command, log_path, environment, cell.name)
-        progress = {"seconds": progress["seconds"] + seconds, "rss_kib": max(progress["rss_kib"], rss_kib),
-                    "returncode": returncode}
-        progress_path.write_text(json.dumps(progress))
-        log = log_path.read_text()
-    status = classify(log, progress["returncode"])
-    scores = samples = None
-    if status == FINISHED:
-        generated, scores_path = directory / "generate.txt", directory / "scores.json"
-        if not scores_path.exists():
-            with open(generated, "w") as out:
-                subprocess.run(generate_command(args.data_bin, save_dir / "checkpoint_last.pt", args.cpu), stdout=out,
-                               stderr=subprocess.STDOUT, env=environment, check=True)
-            subprocess.run([sys.executable, "-m", "deepnmt_plugin.scoring", str(generated), "--source-lang", "de",
-                            "--target-lang", "en", "--json", str(scores_path)], stdout=subprocess.DEVNULL, check=True)
-        scores = json.loads(scores_path.read_text())
-        samples = sample_sentences(generate_lines(generated)) if generated.exists() else None
-    result = {
-        **asdict(cell), "name": cell.name, "budget": budget(preset), "status": status,
-        "updates": last_update(log), "valid_loss": final_valid_loss(log),
-        "test_bleu": scores["sacrebleu"] if scores else None, "scores": scores,
-        "peak_rss_gib": round(progress["rss_kib"] / 2**20, 2), "seconds": round(progress["seconds"]),
-        "seconds_per_update": seconds_per_update(log), "update_norm": update_norm_curve(log),
-        # the record alone redraws every plot and table: the log and the generate output need not be kept
-        "valid_loss_curve": valid_loss_curve(log), "samples": samples, "log": str(log_path),
-    }
-    result.update(cell_verdict(result, args.unigram_plateau))
-    if status != FAILED:  # a crash (out of memory, a bad flag) is retried by the next invocation, from its checkpoint
-        result_path.write_text(json.dumps(result, indent=1))
-    return result
+    with cell_lock(directory):
+        result_path = directory / "result.json"
+        if result_path.exists():  # read under the lock: a driver that held it may have just written it
+            kept = json.loads(result_path.read_text())
+            return {**kept, **cell_verdict(kept, args.unigram_plateau)}
+        save_dir, log_path, progress_path = directory / "checkpoints", directory / "train.log", directory / "train.json"
+        environment = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
+        # what earlier, interrupted invocations measured: the segments' seconds add up, the peak RSS is their max
+        progress = json.loads(progress_path.read_text()) if progress_path.exists() else {"seconds": 0.0, "rss_kib": 0}
+        log = log_path.read_text() if log_path.exists() else ""
+        if progress.get("returncode") != 0 and not diverged_log(log):  # not finished: train, or resume
+            command = train_command(args.data_bin, cell, preset, save_dir, cpu=args.cpu)
+            (directory / "train_command.txt").write_text(recorded_command(command) + "\n")  # the cell's exact fairseq-train
+            returncode, seconds, rss_kib = run_measured(command, log_path, environment, cell.name)
+            progress = {"seconds": progress["seconds"] + seconds, "rss_kib": max(progress["rss_kib"], rss_kib),
+                        "returncode": returncode}
+            progress_path.write_text(json.dumps(progress))
+            log = log_path.read_text()
+        status = classify(log, progress["returncode"])
+        scores = samples = None
+        if status == FINISHED:
+            generated, scores_path = directory / "generate.txt", directory / "scores.json"
+            if not scores_path.exists():
+                with open(generated, "w") as out:
+                    run_owned(generate_command(args.data_bin, save_dir / "checkpoint_last.pt", args.cpu), check=True,
+                              stdout=out, stderr=subprocess.STDOUT, env=environment)
+                run_owned([sys.executable, "-m", "deepnmt_plugin.scoring", str(generated), "--source-lang", "de",
+                           "--target-lang", "en", "--json", str(scores_path)], check=True, stdout=subprocess.DEVNULL)
+            scores = json.loads(scores_path.read_text())
+            samples = sample_sentences(generate_lines(generated)) if generated.exists() else None
+        result = {
+            **asdict(cell), "name": cell.name, "budget": budget(preset), "status": status,
+            "updates": last_update(log), "valid_loss": final_valid_loss(log),
+            "test_bleu": scores["sacrebleu"] if scores else None, "scores": scores,
+            "peak_rss_gib": round(progress["rss_kib"] / 2**20, 2), "seconds": round(progress["seconds"]),
+            "seconds_per_update": seconds_per_update(log), "update_norm": update_norm_curve(log),
+            # the record alone redraws every plot and table: the log and the generate output need not be kept
+            "valid_loss_curve": valid_loss_curve(log), "samples": samples, "log": str(log_path),
+        }
+        result.update(cell_verdict(result, args.unigram_plateau))
+        if status != FAILED:  # a crash (out of memory, a bad flag) is retried by the next invocation, from its checkpoint
+            result_path.write_text(json.dumps(result, indent=1))
+        return result
 
 
 def cell_verdict(result: dict, plateau: float) -> dict:
@@ -413,15 +418,20 @@ def run(args, preset: StudyPreset, threads: Optional[int]) -> int:
     def run_and_report(index, cell):
         label = f"[{index}/{len(plan)}] {cell.name}"
         say(f"{label} ...")
-        result = run_cell(args, cell, preset, threads)
+        try:
+            result = run_cell(args, cell, preset, threads)
+        except CellBusy as busy:
+            say(f"{label}: busy, {busy}; skipped")
+            return None
         bleu = "–" if result["test_bleu"] is None else f"{result['test_bleu']:.2f}"
         say(f"{label}: {result['verdict']} after {result['updates']} updates, test sacreBLEU {bleu}, "
             f"{result['seconds_per_update']} s/update, peak RSS {result['peak_rss_gib']} GiB (log: {result['log']})")
         return result
 
-    with ThreadPoolExecutor(max_workers=args.jobs) as workers:
-        results = list(workers.map(run_and_report, range(1, len(order) + 1), order))
-    failed = [r["name"] for r in results if r["status"] == FAILED]
+    with ThreadPoolExecutor(max_workers=args.jobs) as workers, children_stop_with_driver():
+        outcomes = list(workers.map(run_and_report, range(1, len(order) + 1), order))
+    busy = [cell.name for cell, result in zip(order, outcomes) if result is None]
+    failed = [result["name"] for result in outcomes if result and result["status"] == FAILED]
     results = kept_results(workdir, preset)  # this invocation's cells and those of earlier ones
     for result in results:
         result.update(cell_verdict(result, args.unigram_plateau))
@@ -432,7 +442,4 @@ def run(args, preset: StudyPreset, threads: Optional[int]) -> int:
     say(f"wrote {workdir / 'results.csv'}, {workdir / 'results.md'} and {len(plots)} plots")
     say((workdir / "results.md").read_text())
     say(reading([r for r in results if r["name"] in {cell.name for cell in plan}]))
-    if failed:
-        say(f"deepnmt: error: {', '.join(failed)} crashed (not a divergence); see their train.log, then rerun to resume")
-        return 1
-    return 0
+    return unfinished(failed, busy)

@@ -153,8 +153,11 @@ def read_clinic_profile(path: str, num_encoder_sublayers: int, num_decoder_subla
     expected = [("encoder", i) for i in range(1, num_encoder_sublayers + 1)]
     expected += [("decoder", i) for i in range(1, num_decoder_sublayers + 1)]
     values: Dict[str, List[float]] = {"encoder": [], "decoder": []}
-    with open(path) as handle:
-        lines = [(number, line) for number, line in enumerate(handle, 1) if line.strip()]
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = [(number, line) for number, line in enumerate(handle, 1) if line.strip()]
+    except UnicodeDecodeError:  # a binary file (a checkpoint given by mistake)
+        raise ProfileFileError(f"{path}: not a text file; expected '<index> <value>' lines") from None
     for (number, line), (side, index) in zip(lines, expected):
         fields = line.split()
         try:

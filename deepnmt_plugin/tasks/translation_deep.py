@@ -99,14 +99,18 @@ class TranslationDeepConfig(TranslationConfig):
 
 
 class TaskFlagError(SystemExit):
-    """A divergence-guard or diagnostics flag out of range: one line naming it, exit status 1, nothing run."""
+    """An Admin, divergence-guard or diagnostics flag out of range: one line naming it, exit status 1, nothing run."""
 
     def __init__(self, message: str):
         super().__init__(f"deepnmt: error: {message}")
 
 
-def check_guard_and_diagnostics_flags(cfg: TranslationDeepConfig) -> None:
-    """Every guard and diagnostics flag is checked, used or not: a typo is never silently ignored."""
+def check_task_flags(cfg: TranslationDeepConfig) -> None:
+    """Every Admin, guard and diagnostics flag is checked, used or not: a typo is never silently ignored."""
+    if cfg.admin_profile_file and cfg.admin_init != "profile":
+        raise TaskFlagError("--admin-profile-file replaces profiling; it cannot be combined with --admin-init analytic")
+    if cfg.admin_profile_batches < 1:
+        raise TaskFlagError(f"--admin-profile-batches must be at least 1, got {cfg.admin_profile_batches}")
     if cfg.divergence_max_loss is not None:
         if not cfg.divergence_guard:
             raise TaskFlagError("--divergence-max-loss needs --divergence-guard")
@@ -154,12 +158,8 @@ class TranslationDeepTask(TranslationTask):
 
     def __init__(self, cfg: TranslationDeepConfig, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
-        if cfg.admin_profile_file and cfg.admin_init != "profile":
-            raise ValueError("--admin-profile-file replaces profiling; it cannot be combined with --admin-init analytic")
-        if cfg.admin_profile_batches < 1:
-            raise ValueError(f"--admin-profile-batches must be at least 1, got {cfg.admin_profile_batches}")
         self.admin_model = None
-        check_guard_and_diagnostics_flags(cfg)
+        check_task_flags(cfg)
         self.divergence_guard = (
             DivergenceGuard(cfg.divergence_max_loss, cfg.divergence_overflow_patience) if cfg.divergence_guard else None
         )
