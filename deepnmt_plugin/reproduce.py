@@ -24,6 +24,8 @@ from typing import Dict, List, Optional
 
 import yaml
 
+from deepnmt_plugin.processes import owned_process
+
 USER_DIR = str(Path(__file__).resolve().parent)
 DIVERGED = "diverged"
 SMOKE_FLAGS = [
@@ -256,8 +258,8 @@ def run_logged(command: List[str], log: Path, echo: bool) -> int:
     """Run ``command`` with its output in ``log`` (written under a temporary name until it ends);
     with ``echo``, fairseq's progress lines are shown as they come."""
     partial = log.with_name(log.name + ".partial")
-    with open(partial, "w") as out:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    with open(partial, "w") as out, owned_process(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                                  text=True) as process:
         for line in process.stdout:
             out.write(line)
             if echo and PROGRESS_LINE.search(line):

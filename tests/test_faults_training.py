@@ -239,3 +239,19 @@ def test_resuming_with_other_layers_names_both_values_and_overwrites_nothing(toy
                                "--encoder-layers 2, not --encoder-layers 3; give the flags it was trained with, or "
                                "another --save-dir")
     assert {name: (tmp_path / name).read_bytes() for name in files_in(tmp_path)} == before
+
+
+def test_a_killed_reproduction_driver_takes_its_trainer_along(tmp_path, no_process_left):
+    """reproduce.run_logged (every step of the reproduction scripts: fairseq-train, torchrun, generate) owns its child
+    as the depth drivers do; here the child is a stand-in that would run for ten minutes."""
+    log = tmp_path / "train.log"
+    child = f"import time; time.sleep(600)  # {tmp_path}"
+    driver = subprocess.Popen([sys.executable, "-c", "import sys; from pathlib import Path; "
+                               "from deepnmt_plugin.reproduce import run_logged; "
+                               "run_logged([sys.executable, '-c', sys.argv[1]], Path(sys.argv[2]), echo=False)",
+                               child, str(log)], cwd=REPO)
+    # the driver names tmp_path in its arguments too
+    wait_for(lambda: len(processes_naming(str(tmp_path))) == 2, 120, "child")
+    driver.kill()
+    driver.wait(timeout=60)
+    wait_for(lambda: not processes_naming(str(tmp_path)), 30, "end of the child")

@@ -36,9 +36,10 @@ from pathlib import Path
 from typing import List, Optional
 
 from deepnmt_plugin.bench import pyplot, study
-from deepnmt_plugin.bench.runs import (FAILED, FINISHED, LABEL_SMOOTHING, METHODS, CellBusy, cell_lock,
-                                       children_stop_with_driver, classify, final_valid_loss, plot_vs_depth, run_owned,
-                                       say, unfinished, unigram_plateau, update_norm_curve, verdict)
+from deepnmt_plugin.bench.runs import (FAILED, FINISHED, LABEL_SMOOTHING, METHODS, CellBusy, cell_lock, classify,
+                                       final_valid_loss, plot_vs_depth, say, unfinished, unigram_plateau,
+                                       update_norm_curve, verdict)
+from deepnmt_plugin.processes import children_stop_with_driver, run_owned
 from deepnmt_plugin.reproduce import USER_DIR, OneLineParser, data_bin
 
 TINY = [  # 64-128-2

@@ -37,9 +37,9 @@ from typing import List, Optional
 
 from deepnmt_plugin.bench import pyplot
 from deepnmt_plugin.bench.runs import (FAILED, FINISHED, LABEL_SMOOTHING, METHODS, STALLED, VERDICT_RULES, CellBusy,
-                                       cell_lock, children_stop_with_driver, classify, final_valid_loss, method_style,
-                                       owned_process, plot_vs_depth, run_owned, say, unfinished, unigram_plateau,
-                                       update_norm_curve, valid_loss_curve, verdict)
+                                       cell_lock, classify, final_valid_loss, method_style, plot_vs_depth, say,
+                                       unfinished, unigram_plateau, update_norm_curve, valid_loss_curve, verdict)
+from deepnmt_plugin.processes import children_stop_with_driver, owned_process, run_owned
 from deepnmt_plugin.reproduce import DIVERGED, USER_DIR, diverged_log
 
 RESULT_COLUMNS = ["method", "encoder_layers", "decoder_layers", "updates", "valid_loss", "test_bleu", "diverged",

@@ -1,0 +1,75 @@
+"""Children a driver owns (the depth sweep's and study's trainers, generate and scoring; the reproduction scripts'
+trainers): each in a process group of its own, killed with the driver, by the kernel when the driver dies (kill -9
+included; Linux) and by the driver when it stops on Ctrl-C or an error. An orphaned trainer trained on unlogged, and
+beside a rerun of its cell in the same save-dir."""
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+from typing import List
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>: the signal a process gets when the thread that started it ends
+LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+_children_lock = threading.Lock()
+_children: set = set()  # the children running now, of every worker thread
+_stopping = threading.Event()
+
+
+def _die_with(parent: int):
+    """What the child runs between fork and exec: SIGKILL when its parent dies; if that happened already, exit now."""
+    def preexec():
+        LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:
+            os._exit(1)
+    return preexec
+
+
+@contextlib.contextmanager
+def owned_process(command: List[str], **popen_arguments):
+    """``command`` started as the driver's own (module docstring): in a process group of its own, with the DataLoader
+    workers it forks; killed when the ``with`` block is left by an exception, or by ``children_stop_with_driver``."""
+    with _children_lock:
+        if _stopping.is_set():
+            raise RuntimeError("the driver is stopping: no new process")
+        process = subprocess.Popen(command, start_new_session=True,
+                                   preexec_fn=_die_with(os.getpid()) if LIBC else None, **popen_arguments)
+        _children.add(process)
+    try:
+        yield process
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        raise
+    finally:
+        with _children_lock:
+            _children.discard(process)
+
+
+def run_owned(command: List[str], check: bool = False, **popen_arguments) -> int:
+    """``subprocess.run`` for an ``owned_process``: its exit status (``check``: CalledProcessError if not 0)."""
+    with owned_process(command, **popen_arguments) as process:
+        returncode = process.wait()
+    if check and returncode:
+        raise subprocess.CalledProcessError(returncode, command)
+    return returncode
+
+
+@contextlib.contextmanager
+def children_stop_with_driver():
+    """Around a driver's pool of cells: on Ctrl-C or an error, kill every running child's process group and start no
+    other, so that the pool's shutdown does not wait for trainings nobody will read."""
+    _stopping.clear()
+    try:
+        yield
+    except BaseException:
+        with _children_lock:
+            _stopping.set()
+            running = list(_children)
+        for process in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+        raise
