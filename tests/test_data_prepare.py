@@ -127,7 +127,7 @@ def test_a_rerun_skips_every_step_and_redoes_an_interrupted_one(iwslt, tmp_path)
 
 
 def test_a_rerun_on_another_archive_rebuilds_every_step_from_it(iwslt, tmp_path):
-    """Issue 16: a second run into the same --output with another de-en.tgz printed `done before` for every
+    """A second run into the same --output with another de-en.tgz printed `done before` for every
     step and kept the first archive's text, exit 0. Done-markers now record the archive they were built from."""
     root, _ = iwslt
     out = shutil.copytree(root / "out", tmp_path / "out")

@@ -1,4 +1,4 @@
-"""Issue 31, faults around training, through the real entry points: a depth driver's trainer dies with the driver
+"""Faults around training, through the real entry points: a depth driver's trainer dies with the driver
 (kill -9 included) and its rerun trains alone, a cell in training is locked against a second driver, a crashed sweep
 run is named and retried instead of recorded, checkpoint writers never share a temporary file, and one line (no
 traceback, nothing overwritten) for bad depths, bad Admin profile flags and a resume with other layers."""

@@ -1,4 +1,4 @@
-"""Issue 31, serving and scoring under adversarial input: translate, export, scoring and averaging refuse what they
+"""Serving and scoring under adversarial input: translate, export, scoring and averaging refuse what they
 cannot do as asked in one line (exit status 1, nothing written or deleted) instead of cutting, dropping, replacing or
 failing in a traceback."""
 

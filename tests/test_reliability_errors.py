@@ -1,4 +1,4 @@
-"""Issue 16, bad input: one line naming the cause and the file or flag, exit status not 0, no traceback,
+"""Bad input: one line naming the cause and the file or flag, exit status not 0, no traceback,
 and nothing overwritten, through the real CLIs."""
 
 import contextlib

@@ -1,4 +1,4 @@
-"""Issue 16, the reproduction pipeline: the table scripts take relative paths from where they are called,
+"""The reproduction pipeline: the table scripts take relative paths from where they are called,
 and scoring refuses fairseq-generate output that leaves test sentences out."""
 
 import subprocess

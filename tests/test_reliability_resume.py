@@ -1,4 +1,4 @@
-"""Issue 16, checkpoints: every file in --save-dir appears atomically, an unreadable checkpoint_last.pt falls
+"""Checkpoints: every file in --save-dir appears atomically, an unreadable checkpoint_last.pt falls
 back to the newest intact checkpoint, and resuming repeats the uninterrupted run update for update, at an
 epoch boundary and mid-epoch, dropout on (the issue's setup: Pre-LN, inverse_sqrt with 10 warmup updates,
 seed 7, 500 tokens a batch: 32 updates an epoch on the toy corpus)."""
