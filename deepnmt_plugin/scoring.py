@@ -170,6 +170,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.json and not os.path.isdir(os.path.dirname(args.json) or "."):
         raise ScoringError(f"cannot write --json {args.json}: directory {os.path.dirname(args.json)} does not exist")
+    if args.json and os.path.isdir(args.json):
+        raise ScoringError(f"cannot write --json {args.json}: it is a directory; name a file")
     source_lang, sentences = args.source_lang, None
     if args.data_bin:
         source_lang = source_lang or source_language(args.data_bin, args.gen_subset, args.target_lang)

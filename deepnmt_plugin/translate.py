@@ -107,6 +107,10 @@ def main(argv=None) -> None:
                         ("--buffer-size", args.buffer_size)):
         if value < 1:  # CTranslate2 raises on a beam of 0, waits forever with no thread; no buffer reads nothing
             raise TranslateError(f"{flag} must be at least 1, got {value}")
+    if args.max_len_a < 0 or args.max_len_b < 0 or int(2 * args.max_len_a + args.max_len_b) < 1:
+        # a one-subword source is 2 tokens with its </s>; CTranslate2 raises on a limit of 0
+        raise TranslateError(f"--max-len-a {args.max_len_a:g} --max-len-b {args.max_len_b}: the limit a * source "
+                             "length + b must be at least 1 target token, with a and b not negative")
     if args.device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
         raise TranslateError("--device cuda: CTranslate2 finds no CUDA device; use --device cpu or auto")
     if not (Path(args.model) / TEXT_PROCESSING).is_file():

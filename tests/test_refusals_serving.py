@@ -93,6 +93,10 @@ def test_translate_refuses_a_line_that_is_not_utf8(model_dir):
     (["--buffer-size", "0"], "--buffer-size must be at least 1, got 0"),
     (["--threads", "0"], "--threads must be at least 1, got 0"),
     (["--device", "cuda"], "--device cuda: CTranslate2 finds no CUDA device; use --device cpu or auto"),
+    (["--max-len-a", "0", "--max-len-b", "0"], "--max-len-a 0 --max-len-b 0: the limit a * source length + b must be "
+                                               "at least 1 target token, with a and b not negative"),
+    (["--max-len-b", "-1"], "--max-len-a 1.2 --max-len-b -1: the limit a * source length + b must be at least 1 "
+                            "target token, with a and b not negative"),
 ])
 def test_translate_refuses_a_bad_flag_in_one_line(flags, message, model_dir, capsys):
     if "cuda" in flags and ctranslate2.get_cuda_device_count():
@@ -236,7 +240,8 @@ def test_scoring_takes_the_source_language_from_the_data(references, toy_data, t
         "deepnmt: error: --sacrebleu-test-set needs the language pair: give --source-lang, or --data-bin")
 
 
-@pytest.mark.parametrize("case", ["missing file", "malformed id", "not UTF-8", "json into a missing folder"])
+@pytest.mark.parametrize("case", ["missing file", "malformed id", "not UTF-8", "json into a missing folder",
+                                  "json onto a folder"])
 def test_scoring_refuses_bad_input_in_one_line(case, references, tmp_path, capsys):
     generated, scores = tmp_path / "generate.txt", tmp_path / "scores.json"
     text = generate_output(references, references)
@@ -249,11 +254,14 @@ def test_scoring_refuses_bad_input_in_one_line(case, references, tmp_path, capsy
         generated.unlink()
     if case == "json into a missing folder":
         scores = tmp_path / "missing" / "scores.json"
+    if case == "json onto a folder":
+        scores.mkdir()
     message = {
         "missing file": f"cannot read {generated}: No such file or directory",
         "malformed id": f"{generated}, line 63: H-12x is not a fairseq-generate sentence id",
         "not UTF-8": f"{generated}, line 37: not UTF-8 (its byte 11 is 0xdf)",
         "json into a missing folder": f"cannot write --json {scores}: directory {tmp_path / 'missing'} does not exist",
+        "json onto a folder": f"cannot write --json {scores}: it is a directory; name a file",
     }[case]
     before = files_in(tmp_path)
     assert refused_in_process(lambda: scoring.main([str(generated), "--target-lang", "en", "--json", str(scores)])) == (
