@@ -233,7 +233,7 @@ def test_lr_overrides_the_peak_lr_of_sweep_and_study_for_every_method(toy_data, 
     planned = {}
     monkeypatch.setattr(study, "run", lambda args, preset, threads: planned.update(preset=preset) or 0)
     assert depth.main(["--data", str(toy_data), "--preset", "study", "--lr", "0.001", "--depths", "50"]) == 0
-    assert planned["preset"] == replace(study.STUDY, lr=0.001, depths=(50,), checkpointed=())
+    assert planned["preset"] == replace(study.STUDY, lr=0.001, depths=((50, 50),), checkpointed=())
     for method in ("postln", "preln", "admin", "deepnorm", "tfixup"):
         command = study.train_command("data", study.Cell(method, 50, 50), planned["preset"], Path("s"), cpu=True)
         assert command[command.index("--lr") + 1] == "0.001"
@@ -342,7 +342,7 @@ def test_study_micro_trains_generates_scores_and_resumes(toy_data, tmp_path, cap
     assert [update for update, _ in study_cell(workdir, interrupted.name)["update_norm"]] == [2, 4]
 
     rows = list(csv.DictReader((workdir / "results.csv").open()))
-    assert list(rows[0]) == ["method", "encoder_layers", "decoder_layers", "updates", "valid_loss", "test_bleu",
+    assert list(rows[0]) == ["method", "encoder_layers", "decoder_layers", "seed", "updates", "valid_loss", "test_bleu",
                              "diverged", "peak_rss_gib", "verdict"]
     assert [(r["method"], r["encoder_layers"], r["decoder_layers"], r["updates"]) for r in rows] == [
         ("preln", "1", "1", "4"), ("deepnorm", "1", "1", "4"), ("preln", "2", "2", "4"), ("deepnorm", "2", "2", "4"),
@@ -411,3 +411,35 @@ def test_study_schedules_and_post_ln_failure_rule():
     assert study.post_ln_failure_depth([row(6, 20.0), row(18, 12.0), row(50, 9.9)]) == 50  # below half of 20
     assert study.post_ln_failure_depth([row(6, 20.0), row(18, None, "diverged"), row(50, 9.9)]) == 18
     assert study.post_ln_failure_depth([row(6, 20.0), row(18, 10.0)]) is None
+
+
+def test_study_seeds_and_unequal_stacks(toy_data, tmp_path, capsys, monkeypatch):
+    """--seeds and --depths N-M: a cell per seed (seed 1 keeps its name), the seed in the command, the CSV and the
+    record with the environment that produced it, and the spread over seeds in results.md."""
+    from deepnmt_plugin.bench import study
+
+    monkeypatch.chdir(REPO)
+    workdir = tmp_path / "study"
+    assert depth.main(["--data", str(toy_data), "--preset", "study-micro", "--methods", "preln", "--depths", "2-1",
+                       "--seeds", "1", "2", "--workdir", str(workdir), "--cpu", "--jobs", "2"]) == 0
+    first, second = study_cell(workdir, "preln_2L-1L"), study_cell(workdir, "preln_2L-1L_seed2")
+    assert (first["encoder_layers"], first["decoder_layers"], first["seed"], second["seed"]) == (2, 1, 1, 2)
+    assert " --encoder-layers 2 --decoder-layers 1 " in second["command"] and " --seed 2 " in second["command"]
+    assert first["update_norm"] != second["update_norm"]  # another initialisation and batch order
+    environment = second["environment"]
+    assert environment["commit"] == subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
+                                                   text=True).stdout.strip()
+    assert environment["torch"] == torch_version() and environment["threads"] == max(1, depth.available_cores() // 2) and environment["device"]
+    rows = list(csv.DictReader((workdir / "results.csv").open()))
+    assert [(row["method"], row["encoder_layers"], row["decoder_layers"], row["seed"]) for row in rows] == [
+        ("preln", "2", "1", "1"), ("preln", "2", "1", "2")]
+    bleus = [first["test_bleu"], second["test_bleu"]]
+    spread = f"{sum(bleus) / 2:.2f} ± {study.statistics.stdev(bleus):.2f}"
+    stalled = sum(cell["verdict"] == "stalled at the unigram plateau" for cell in (first, second))
+    assert f"| preln | 2-1 | 2 | {spread} | {stalled}/2 | 0/2 |" in (workdir / "results.md").read_text()
+
+
+def torch_version() -> str:
+    import torch
+
+    return torch.__version__

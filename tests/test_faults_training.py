@@ -199,14 +199,15 @@ def test_a_crashed_sweep_run_is_named_and_retried_not_recorded(toy_data, tmp_pat
     assert json.loads((workdir / "postln_1L" / "result.json").read_text())["status"] == "finished"
 
 
-@pytest.mark.parametrize("depth", ["-3", "0"])
+@pytest.mark.parametrize("depth", ["-3", "0", "12-0"])
 def test_depths_below_one_are_refused_in_one_line(depth, toy_data, tmp_path):
     """-3 crashed inside fairseq-train; 0 trained a 0-layer Post-LN model and recorded it as diverged."""
     for preset in (["--micro"], ["--preset", "study-micro"]):
         refused = run_driver(*preset, "--data", toy_data, "--methods", "postln", "--depths", depth,
                              "--workdir", tmp_path / "w", "--cpu")
         assert refused.returncode == 1 and refused.stdout == ""
-        assert refused.stderr == f"deepnmt: error: argument --depths: expected a whole number >= 1, got '{depth}'\n"
+        assert refused.stderr == ("deepnmt: error: argument --depths: expected N or N-M layers, whole numbers >= 1, "
+                                  f"got '{depth}'\n")
     assert not (tmp_path / "w").exists()
 
 

@@ -207,7 +207,11 @@ def parse_arguments(argv=None):
                               "trained until it translates, then test BLEU (bench/study.py); study-micro checks its pipeline")
     parser.set_defaults(preset="full")  # about 69 min on 2 CPU cores with --jobs 2 (15.3 quick + 53.3 for 100L, 200L)
     parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
-    parser.add_argument("--depths", nargs="+", type=positive_int, help="override the preset's depths")
+    parser.add_argument("--depths", nargs="+", type=depth_pair, metavar="N|N-M",
+                        help="override the preset's depths: N layers per stack, or (study) N encoder and M decoder "
+                             "layers, e.g. 12-3")
+    parser.add_argument("--seeds", nargs="+", type=positive_int, default=[1],
+                        help="study: train every grid cell with each seed (default: 1)")
     parser.add_argument("--max-update", type=positive_int,
                         help="override the preset's updates, every cell's (study: the checkpointed cells' own too)")
     parser.add_argument("--warmup-updates", type=positive_int, default=0,
@@ -226,8 +230,11 @@ def main(argv=None) -> int:
     args = parse_arguments(argv)
     if args.preset.startswith("study"):
         return run_study(args)
+    if args.seeds != [1] or any(encoder != decoder for encoder, decoder in args.depths or []):
+        raise SystemExit("deepnmt: error: --seeds and N-M depths are the study's (--preset study); the sweep trains "
+                         "seed 1 with equal stacks")
     preset = PRESETS[args.preset]
-    preset = replace(preset, depths=tuple(args.depths or preset.depths), max_update=args.max_update or preset.max_update,
+    preset = replace(preset, depths=tuple(encoder for encoder, _ in args.depths or []) or preset.depths, max_update=args.max_update or preset.max_update,
                      warmup_updates=args.warmup_updates, lr=args.lr or preset.lr)
     args.data_bin = data_bin(args.data, folder="data-bin-sentences")  # the quickstart's corpus
     args.cpu = args.cpu or not cuda_available()
@@ -288,12 +295,12 @@ def run_study(args) -> int:
     preset = study.STUDY if args.preset == "study" else study.STUDY_MICRO
     # --depths picks the grid's depths and the checkpointed cells at those depths; 500 picks only the latter;
     # --max-update overrides the checkpointed cells' own updates too
-    depths = tuple(args.depths or preset.depths)
-    checkpointed_only = {cell[1] for cell in preset.checkpointed} - set(preset.depths)
+    depths = args.depths or study.depth_pairs(preset.depths)
+    checkpointed_only = {(cell[1], cell[2]) for cell in preset.checkpointed} - set(study.depth_pairs(preset.depths))
     preset = replace(preset, depths=tuple(depth for depth in depths if depth not in checkpointed_only),
                      checkpointed=tuple((method, encoder, decoder, args.max_update or updates)
                                         for method, encoder, decoder, updates in preset.checkpointed
-                                        if encoder in depths or not args.depths),
+                                        if (encoder, decoder) in depths or not args.depths),
                      max_update=args.max_update or preset.max_update,
                      warmup_updates=args.warmup_updates or preset.warmup_updates, lr=args.lr or preset.lr)
     args.data_bin = data_bin(args.data)
@@ -301,6 +308,14 @@ def run_study(args) -> int:
     args.workdir = args.workdir or f"runs/{args.preset.replace('-', '_')}"
     threads = max(1, available_cores() // args.jobs) if args.cpu and args.jobs > 1 else None
     return study.run(args, preset, threads)
+
+
+def depth_pair(text: str) -> tuple:
+    """``N`` -> (N, N); ``N-M`` -> (N, M): encoder and decoder layers, each at least 1."""
+    parts = text.split("-")
+    if len(parts) > 2 or not all(part.isdigit() and int(part) >= 1 for part in parts):
+        raise argparse.ArgumentTypeError(f"expected N or N-M layers, whole numbers >= 1, got {text!r}")
+    return int(parts[0]), int(parts[-1])
 
 
 def positive_int(text: str) -> int:

@@ -132,15 +132,18 @@ def verdict(status: str, valid_loss: Optional[float], curve: List[List[float]], 
 
 
 def plot_vs_depth(by_method: dict, title: str, ylabel: str, path: Path) -> None:
-    """One line per method through its (depth, value) points; a value of None (a run that did not converge) is an x
-    on the bottom edge."""
+    """One line per method through the mean of its (depth, value) points at each depth, each point a dot where a depth
+    has several (seeds); a value of None (a run that diverged or crashed) is an x on the bottom edge."""
     plt = pyplot()
 
     figure, axes = plt.subplots(figsize=(6, 4))
-    for method, points in ((m, sorted(p)) for m, p in by_method.items() if p):
+    for method, points in ((m, sorted(p, key=lambda point: point[0])) for m, p in by_method.items() if p):
         finished = [(depth, value) for depth, value in points if value is not None]
-        line, = axes.plot([d for d, _ in finished], [v for _, v in finished], marker="o", label=method,
-                          **(method_style(method) if method in METHODS else {}))
+        depths = sorted({depth for depth, _ in finished})
+        means = [float(np.mean([value for d, value in finished if d == depth])) for depth in depths]
+        line, = axes.plot(depths, means, marker="o", label=method, **(method_style(method) if method in METHODS else {}))
+        if len(finished) > len(depths):
+            axes.plot([d for d, _ in finished], [v for _, v in finished], ".", color=line.get_color(), alpha=0.6)
         failed = [depth for depth, value in points if value is None]
         if failed:
             axes.plot(failed, [0] * len(failed), "x", color=line.get_color(), markersize=10, clip_on=False,

@@ -33,7 +33,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from deepnmt_plugin.bench import pyplot
 from deepnmt_plugin.bench.runs import (FAILED, FINISHED, LABEL_SMOOTHING, METHODS, STALLED, VERDICT_RULES, CellBusy,
@@ -42,7 +42,7 @@ from deepnmt_plugin.bench.runs import (FAILED, FINISHED, LABEL_SMOOTHING, METHOD
 from deepnmt_plugin.processes import children_stop_with_driver, owned_process, run_owned
 from deepnmt_plugin.reproduce import DIVERGED, USER_DIR, diverged_log
 
-RESULT_COLUMNS = ["method", "encoder_layers", "decoder_layers", "updates", "valid_loss", "test_bleu", "diverged",
+RESULT_COLUMNS = ["method", "encoder_layers", "decoder_layers", "seed", "updates", "valid_loss", "test_bleu", "diverged",
                   "peak_rss_gib", "verdict"]
 PROGRESS_EVERY = 100
 SAMPLES = 6  # test sentences kept per cell (result.json) and shown in samples.md
@@ -89,10 +89,12 @@ class Cell:
     decoder_layers: int
     checkpoint_activations: bool = False
     max_update: Optional[int] = None  # None: the preset's
+    seed: int = 1
 
     @property
     def name(self) -> str:
-        return f"{self.method}_{self.encoder_layers}L-{self.decoder_layers}L" + ("_ckpt" * self.checkpoint_activations)
+        return (f"{self.method}_{self.encoder_layers}L-{self.decoder_layers}L" + ("_ckpt" * self.checkpoint_activations)
+                + (f"_seed{self.seed}" if self.seed != 1 else ""))  # seed 1's cells keep the names they had
 
     @property
     def layers(self) -> int:
@@ -105,8 +107,15 @@ def budget(preset: StudyPreset) -> dict:
     return {key: value for key, value in asdict(preset).items() if key not in ("depths", "checkpointed")}
 
 
-def cells(preset: StudyPreset, methods) -> List[Cell]:
-    grid = [Cell(method, depth, depth) for depth in preset.depths for method in methods]
+def depth_pairs(depths) -> List[Tuple[int, int]]:
+    """(encoder layers, decoder layers) of each entry of a preset's depths: N for N-N, or an (N, M) pair."""
+    return [(depth, depth) if isinstance(depth, int) else tuple(depth) for depth in depths]
+
+
+def cells(preset: StudyPreset, methods, seeds=(1,)) -> List[Cell]:
+    """The grid (every depth, method and seed), then the checkpointed cells (seed 1: each costs hours)."""
+    grid = [Cell(method, encoder, decoder, seed=seed) for encoder, decoder in depth_pairs(preset.depths)
+            for method in methods for seed in seeds]
     return grid + [Cell(method, encoder, decoder, True, updates) for method, encoder, decoder, updates in preset.checkpointed
                    if method in methods]
 
@@ -129,7 +138,7 @@ def train_command(data_bin: str, cell: Cell, preset: StudyPreset, save_dir: Path
         "--share-all-embeddings", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", str(preset.lr),
         *schedule(preset, cell.method), "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", str(LABEL_SMOOTHING),
         "--dropout", str(preset.dropout), "--max-tokens", str(preset.max_tokens),
-        "--max-update", str(cell.max_update or preset.max_update), "--seed", "1", "--divergence-guard",
+        "--max-update", str(cell.max_update or preset.max_update), "--seed", str(cell.seed), "--divergence-guard",
         "--log-format", "simple", "--log-interval", str(preset.interval),
         "--diagnostics-interval", str(preset.interval), "--diagnostics-groups", "update",
         # checkpoint_last.pt (what a stopped cell resumes from) every save_interval updates; fairseq validates at
@@ -147,6 +156,27 @@ def generate_command(data_bin: str, checkpoint: Path, cpu: bool) -> List[str]:
     return [sys.executable, "-m", "fairseq_cli.generate", data_bin, "--user-dir", USER_DIR, "--path", str(checkpoint),
             "--gen-subset", "test", "--beam", "4", "--max-len-a", "1.2", "--max-len-b", "10", "--remove-bpe",
             "--max-tokens", "4096", "--required-batch-size-multiple", "1", *(["--cpu"] if cpu else [])]
+
+
+def provenance(cpu: bool, threads: Optional[int]) -> dict:
+    """What a cell's numbers depend on besides its command: the code, the software and the hardware."""
+    import platform
+
+    import fairseq
+    import torch
+
+    def git(*arguments: str) -> str:
+        found = subprocess.run(["git", *arguments], cwd=Path(__file__).parent, capture_output=True, text=True)
+        return found.stdout.strip() if found.returncode == 0 else ""
+
+    cpus = re.findall(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.M) \
+        if Path("/proc/cpuinfo").exists() else []
+    device = (torch.cuda.get_device_name() if not cpu and torch.cuda.is_available()
+              else cpus[0] if cpus else platform.processor() or platform.machine())
+    return {"commit": git("rev-parse", "HEAD") or None,
+            "uncommitted_changes": bool(git("status", "--porcelain", "--untracked-files=no")),
+            "torch": torch.__version__, "fairseq": fairseq.__version__, "python": platform.python_version(),
+            "device": device, "threads": threads or torch.get_num_threads()}
 
 
 def recorded_command(command: List[str]) -> str:
@@ -232,6 +262,8 @@ def run_cell(args, cell: Cell, preset: StudyPreset, threads: Optional[int]) -> d
             "seconds_per_update": seconds_per_update(log), "update_norm": update_norm_curve(log),
             # the record alone redraws every plot and table: the log and the generate output need not be kept
             "valid_loss_curve": valid_loss_curve(log), "samples": samples, "log": str(log_path),
+            "command": recorded_command(train_command(args.data_bin, cell, preset, save_dir, cpu=args.cpu)),
+            "environment": provenance(args.cpu, threads),
         }
         result.update(cell_verdict(result, args.unigram_plateau))
         if status != FAILED:  # a crash (out of memory, a bad flag) is retried by the next invocation, from its checkpoint
@@ -265,13 +297,13 @@ def kept_results(workdir: Path, preset: StudyPreset) -> List[dict]:
     results = [json.loads(path.read_text()) for path in sorted(workdir.glob("*/result.json"))]
     results = [r for r in results if r.get("budget") == budget(preset)]
     return sorted(results, key=lambda r: (r["checkpoint_activations"], r["encoder_layers"], r["decoder_layers"],
-                                          list(METHODS).index(r["method"])))
+                                          list(METHODS).index(r["method"]), r.get("seed", 1)))
 
 
 def post_ln_failure_depth(results: List[dict]) -> Optional[int]:
     """The smallest depth at which Post-LN fails: it diverged, or ended below half its 6L-6L BLEU."""
     post_ln = {r["encoder_layers"]: r for r in results if r["method"] == "postln" and not r["checkpoint_activations"]
-               and r["encoder_layers"] == r["decoder_layers"]}
+               and r["encoder_layers"] == r["decoder_layers"] and r.get("seed", 1) == 1}
     if 6 not in post_ln or post_ln[6]["test_bleu"] is None:
         return None
     for depth in sorted(post_ln):
@@ -286,8 +318,23 @@ def write_csv(results: List[dict], path: Path) -> None:
         writer = csv.DictWriter(handle, fieldnames=RESULT_COLUMNS, extrasaction="ignore", lineterminator="\n")
         writer.writeheader()
         for result in results:
-            writer.writerow({**result, "diverged": result["status"] == DIVERGED,
+            writer.writerow({**result, "seed": result.get("seed", 1), "diverged": result["status"] == DIVERGED,
                              "test_bleu": "" if result["test_bleu"] is None else result["test_bleu"]})
+
+
+def over_seeds(results: List[dict]) -> dict:
+    """{(method, "N-M"): the grid cells of every seed}, in table order."""
+    groups: dict = {}
+    for r in results:
+        if not r["checkpoint_activations"]:
+            groups.setdefault((r["method"], f"{r['encoder_layers']}-{r['decoder_layers']}"), []).append(r)
+    return groups
+
+
+def spread(group: List[dict]) -> str:
+    """Mean ± standard deviation of the seeds' test BLEU (a diverged seed counts as 0: it translates nothing)."""
+    bleus = [0.0 if r["test_bleu"] is None else r["test_bleu"] for r in group]
+    return f"{statistics.mean(bleus):.2f}" + (f" ± {statistics.stdev(bleus):.2f}" if len(bleus) > 1 else "")
 
 
 def write_markdown(results: List[dict], path: Path, title: str) -> None:
@@ -299,6 +346,13 @@ def write_markdown(results: List[dict], path: Path, title: str) -> None:
         loss = "–" if r["valid_loss"] is None else f"{r['valid_loss']:.3f}"
         lines.append(f"| {r['name']} | {r['updates']} | {loss} | {bleu} | {r['seconds_per_update']} | {r['peak_rss_gib']} "
                      f"| {r['verdict']} |")
+    if any(r.get("seed", 1) != 1 for r in results):
+        lines += ["", "Over seeds (test sacreBLEU mean ± standard deviation; stalled: at the unigram plateau):", "",
+                  "| method | depth | seeds | test sacreBLEU | stalled | diverged |", "|---|---|---|---|---|---|"]
+        lines += [f"| {method} | {depth} | {len(group)} | {spread(group)} | "
+                  f"{sum(r['verdict'] == STALLED for r in group)}/{len(group)} | "
+                  f"{sum(r['status'] == DIVERGED for r in group)}/{len(group)} |"
+                  for (method, depth), group in over_seeds(results).items()]
     if any(r["method"] == "postln" and r["encoder_layers"] == 6 for r in results):
         failure = post_ln_failure_depth(results)
         lines += ["", "Post-LN fails (diverges, or ends below half its 6L-6L BLEU) first at "
@@ -350,13 +404,18 @@ def generate_lines(path: Path) -> dict:
 def write_plots(results: List[dict], workdir: Path, preset: StudyPreset) -> List[Path]:
     plt = pyplot()
 
-    grid = [r for r in results if not r["checkpoint_activations"]]
-    # the grid, and the checkpointed cells at depths beyond it (500L); the 100L twin only measures memory and time
-    plotted = grid + [r for r in results if r["checkpoint_activations"] and r["encoder_layers"] not in preset.depths]
-    by_method = {m: [(r["encoder_layers"], None if r["status"] == DIVERGED else r["test_bleu"]) for r in plotted
+    # the grid's equal stacks (x: layers per stack), and the checkpointed cells at depths beyond it (500L); the 100L
+    # twin only measures memory and time
+    grid_depths = {encoder for encoder, decoder in depth_pairs(preset.depths) if encoder == decoder}
+    equal = [r for r in results if r["encoder_layers"] == r["decoder_layers"]]
+    every_seed = [r for r in equal if not r["checkpoint_activations"]] + [
+        r for r in equal if r["checkpoint_activations"] and r["encoder_layers"] not in grid_depths]
+    by_method = {m: [(r["encoder_layers"], None if r["status"] == DIVERGED else r["test_bleu"]) for r in every_seed
                      if r["method"] == m] for m in METHODS}
     written = [workdir / "bleu_vs_depth.png"]
-    plot_vs_depth(by_method, "Test sacreBLEU vs depth (N = M; x on the bottom edge: diverged)", "sacreBLEU", written[0])
+    plot_vs_depth(by_method, "Test sacreBLEU vs depth (N = M; line: mean over seeds, dots: seeds; x on the bottom "
+                  "edge: diverged)", "sacreBLEU", written[0])
+    plotted = [r for r in every_seed if r.get("seed", 1) == 1]  # the curves: one line a method
 
     for depth in sorted({r["encoder_layers"] for r in plotted}):
         figure, axes = plt.subplots(figsize=(6, 4))
@@ -402,7 +461,7 @@ def run(args, preset: StudyPreset, threads: Optional[int]) -> int:
 
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    plan = cells(preset, args.methods)
+    plan = cells(preset, args.methods, args.seeds)
     for kept in (workdir / cell.name / "result.json" for cell in plan):
         if kept.exists() and json.loads(kept.read_text())["budget"] != budget(preset):
             raise SystemExit(f"deepnmt: error: {kept} was trained under another budget than {budget(preset)}; "
