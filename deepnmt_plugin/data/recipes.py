@@ -17,6 +17,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 
 from deepnmt_plugin.data import moses, subwords
 from deepnmt_plugin.data.archives import Archive, ensure_archives, unpack_members
+from deepnmt_plugin.data.debian import SNAPSHOT_URL
 from deepnmt_plugin.data.pipeline import (
     DataPrepError,
     Step,
@@ -46,9 +47,9 @@ class Options:
     download: bool
     # l10n-de-en only: the manifest that pins its .debs and checksum (None: the recipe's own), where pinned
     # .debs are fetched by hash, and whether a corpus other than the pinned one may be built.
-    manifest: Optional[Path]
-    snapshot_url: str
-    unpinned: bool
+    manifest: Optional[Path] = None
+    snapshot_url: str = SNAPSHOT_URL
+    unpinned: bool = False
 
     @property
     def tmp(self) -> Path:
