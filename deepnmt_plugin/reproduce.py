@@ -24,7 +24,7 @@ from typing import Dict, List, Optional
 
 import yaml
 
-from deepnmt_plugin.processes import owned_process
+from deepnmt_plugin.processes import owned_process, stop_on_ctrl_c
 
 USER_DIR = str(Path(__file__).resolve().parent)
 DIVERGED = "diverged"
@@ -375,6 +375,7 @@ def parse_arguments(argv=None):
 
 
 def main(argv=None) -> int:
+    stop_on_ctrl_c()
     args = parse_arguments(argv)
     config = load_config(args.config)
     # absolute, so each fairseq command and message names the folder meant, taken from where this was called

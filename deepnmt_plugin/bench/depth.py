@@ -39,7 +39,7 @@ from deepnmt_plugin.bench import pyplot, study
 from deepnmt_plugin.bench.runs import (FAILED, FINISHED, LABEL_SMOOTHING, METHODS, CellBusy, cell_lock, classify,
                                        final_valid_loss, plot_vs_depth, say, unfinished, unigram_plateau,
                                        update_norm_curve, verdict)
-from deepnmt_plugin.processes import children_stop_with_driver, run_owned
+from deepnmt_plugin.processes import children_stop_with_driver, run_owned, stop_on_ctrl_c
 from deepnmt_plugin.reproduce import USER_DIR, OneLineParser, data_bin
 
 TINY = [  # 64-128-2
@@ -227,6 +227,7 @@ def parse_arguments(argv=None):
 
 
 def main(argv=None) -> int:
+    stop_on_ctrl_c()
     args = parse_arguments(argv)
     if args.preset.startswith("study"):
         return run_study(args)
