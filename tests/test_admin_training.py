@@ -12,6 +12,8 @@ import pytest
 
 from conftest import TINY_DIMS, USER_DIR, fairseq_cli
 
+pytestmark = pytest.mark.slow  # trains, generates or builds corpora through subprocesses
+
 ADMIN = ["--user-dir", USER_DIR, "--task", "translation_deep", "--arch", "transformer_admin_iwslt_de_en",
          "--cpu", *TINY_DIMS, "--share-all-embeddings", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)",
          "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", 0.1, "--seed", 1,

@@ -146,6 +146,7 @@ def test_curves_join_a_cell_and_its_continuation_and_refuse_files_without_losses
     assert not (tmp_path / "x.png").exists()
 
 
+@pytest.mark.slow
 def test_micro_sweep_writes_json_table_and_plots(toy_data, tmp_path, capsys):
     workdir = tmp_path / "sweep"
     # a run recorded as diverged by an earlier invocation: reused, not run again, and shown as diverged
@@ -312,6 +313,7 @@ def study_cell(workdir, name):
     return json.loads((workdir / name / "result.json").read_text())
 
 
+@pytest.mark.slow
 def test_study_micro_trains_generates_scores_and_resumes(toy_data, tmp_path, capsys, monkeypatch):
     """--preset study-micro end to end on the toy corpus: a cell interrupted after its first checkpoint resumes
     from it, every cell is scored on test, results.csv has the issue's columns, and the plots are written."""
@@ -413,6 +415,7 @@ def test_study_schedules_and_post_ln_failure_rule():
     assert study.post_ln_failure_depth([row(6, 20.0), row(18, 10.0)]) is None
 
 
+@pytest.mark.slow
 def test_study_seeds_and_unequal_stacks(toy_data, tmp_path, capsys, monkeypatch):
     """--seeds and --depths N-M: a cell per seed (seed 1 keeps its name), the seed in the command, the CSV and the
     record with the environment that produced it, and the spread over seeds in results.md."""

@@ -9,6 +9,8 @@ from fairseq import checkpoint_utils
 from conftest import TINY_DIMS, USER_DIR, fairseq_cli
 from deepnmt_plugin.compat import UnsafeCheckpointError
 
+pytestmark = pytest.mark.slow  # trains, generates or builds corpora through subprocesses
+
 
 class Payload:
     """Pickles as a call to os.system: what a malicious checkpoint smuggles in."""

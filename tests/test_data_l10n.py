@@ -15,6 +15,8 @@ from data_fixtures import binarized, mo_catalog, path_folder, read, run_script, 
 
 from deepnmt_plugin.data import l10n
 
+pytestmark = pytest.mark.slow  # trains, generates or builds corpora through subprocesses
+
 GENERATED = {f"Open image {n}": f"Bild {n} öffnen" for n in range(1, 201)}  # enough for both held-out splits
 FIRST = {  # in the first package: each message exercises one rule
     "": "",  # no catalog entry: the header is written by mo_catalog

@@ -23,6 +23,8 @@ from data_fixtures import (
     write_wmt_archives,
 )
 
+pytestmark = pytest.mark.slow  # trains, generates or builds corpora through subprocesses
+
 
 @pytest.fixture(scope="module")
 def iwslt(tmp_path_factory):

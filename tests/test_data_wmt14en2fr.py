@@ -17,6 +17,8 @@ from data_fixtures import (
 from deepnmt_plugin.data.archives import unpack_members
 from deepnmt_plugin.data.pipeline import DataPrepError
 
+pytestmark = pytest.mark.slow  # trains, generates or builds corpora through subprocesses
+
 LANGUAGES = ("en", "fr")
 # The raw lines of the fixture after normalize-punctuation | remove-non-printing-char | tokenizer -a -l LANG
 TOKENIZED = {

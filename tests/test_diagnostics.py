@@ -233,6 +233,7 @@ def train_inner_lines(log):
     return [json.loads(line.split("| train_inner | ", 1)[1]) for line in log.splitlines() if "| train_inner | " in line]
 
 
+@pytest.mark.slow
 def test_fairseq_train_logs_diagnostics_once_per_update(toy_data, tmp_path):
     save_dir = tmp_path / "checkpoints"
     log = train(toy_data, save_dir, 3, "--tensorboard-logdir", tmp_path / "tensorboard")

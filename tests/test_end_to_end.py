@@ -7,6 +7,8 @@ from fairseq import checkpoint_utils
 
 from conftest import TINY_DIMS, USER_DIR, fairseq_cli
 
+pytestmark = pytest.mark.slow  # trains, generates or builds corpora through subprocesses
+
 RECIPES = {
     # Pre-LN and DeepNorm with a short warmup; T-Fixup without warmup, on its own schedule
     "transformer_preln_iwslt_de_en": ["--lr", "2e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "50"],

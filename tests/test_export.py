@@ -19,6 +19,8 @@ from deepnmt_plugin.models.method import METHODS
 from tiny_training import checkpoint_of, hypotheses, straight_run
 from tiny_training import one_thread_per_process  # noqa: F401  (autouse fixture)
 
+pytestmark = pytest.mark.slow  # trains, generates or builds corpora through subprocesses
+
 EXPORTABLE = ["transformer_deepnorm_iwslt_de_en", "transformer_preln_iwslt_de_en", "transformer_admin_iwslt_de_en"]
 GENERATE = ["--beam", 4, "--cpu", "--max-len-a", 1, "--max-len-b", 5]  # short: barely trained models repeat
 # fairseq-generate with the plugin made unimportable: stock fairseq alone must load and run the export.

@@ -394,6 +394,7 @@ ADMIN = ["--user-dir", USER_DIR, "--arch", "transformer_admin_iwslt_de_en", "--c
          "--lr", 1e-3, "--max-tokens", 1500, "--max-update", 2]
 
 
+@pytest.mark.slow
 def test_admin_refusals_exit_1_in_one_line_without_a_traceback(toy_data, tmp_path):
     for flags, message in [
         (["--task", "translation_deep", "--encoder-layers", -2],

@@ -22,6 +22,8 @@ from conftest import REPO
 from tiny_training import files_in, last_line, train
 from tiny_training import one_thread_per_process  # noqa: F401  (autouse fixture)
 
+pytestmark = pytest.mark.slow  # trains, generates or builds corpora through subprocesses
+
 DRIVER = [sys.executable, "-m", "deepnmt_plugin.bench.depth"]
 PRELN, ADMIN = "transformer_preln_iwslt_de_en", "transformer_admin_iwslt_de_en"
 LONG = 4000  # updates: minutes of training, so a trainer that outlived its driver would still be there

@@ -18,6 +18,8 @@ from deepnmt_plugin import average_checkpoints, compat, export, scoring, transla
 from tiny_training import checkpoint_of, files_in
 from tiny_training import one_thread_per_process  # noqa: F401  (autouse fixture)
 
+pytestmark = pytest.mark.slow  # trains, generates or builds corpora through subprocesses
+
 SOURCE_POSITIONS = 1030  # more than the 1,024 tokens CTranslate2 cuts every input to by default
 LONGEST = SOURCE_POSITIONS - 1  # </s> takes a position
 

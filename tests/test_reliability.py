@@ -19,6 +19,8 @@ from deepnmt_plugin.tasks.translation_deep import TaskFlagError
 from tiny_training import END, KILLED_AT, RECIPES, SAVE_EVERY, files_in, last_line, straight_run, train
 from tiny_training import one_thread_per_process  # noqa: F401  (autouse fixture)
 
+pytestmark = pytest.mark.slow  # trains, generates or builds corpora through subprocesses
+
 DEEPNORM, ADMIN = "transformer_deepnorm_iwslt_de_en", "transformer_admin_iwslt_de_en"
 
 

@@ -13,6 +13,8 @@ from deepnmt_plugin import average_checkpoints, export, reproduce
 from tiny_training import checkpoint_of, last_line, train
 from tiny_training import one_thread_per_process  # noqa: F401  (autouse fixture)
 
+pytestmark = pytest.mark.slow  # trains, generates or builds corpora through subprocesses
+
 PRELN, ADMIN = "transformer_preln_iwslt_de_en", "transformer_admin_iwslt_de_en"
 REBUILD = "rebuild the data directory with fairseq-preprocess (data-prep)"
 

@@ -12,6 +12,8 @@ from deepnmt_plugin.scoring import ScoringError, read_generate_output
 from tiny_training import checkpoint_of, last_line
 from tiny_training import one_thread_per_process  # noqa: F401  (autouse fixture)
 
+pytestmark = pytest.mark.slow  # trains, generates or builds corpora through subprocesses
+
 SCRIPT = REPO / "scripts" / "reproduce_admin_iwslt14_de_en.sh"
 
 

@@ -20,6 +20,8 @@ from conftest import TINY_DIMS, USER_DIR, fairseq_cli
 from tiny_training import last_line
 from tiny_training import one_thread_per_process  # noqa: F401  (autouse fixture)
 
+pytestmark = pytest.mark.slow  # trains, generates or builds corpora through subprocesses
+
 EPOCH, END = 32, 44  # updates per epoch; the straight run saves every 4 updates up to END
 ISSUE_SETUP = [
     "--user-dir", USER_DIR, "--arch", "transformer_preln", "--cpu", *TINY_DIMS, "--encoder-layers", 2,

@@ -381,6 +381,7 @@ def test_collect_writes_the_table_with_paper_and_difference(tmp_path):
     assert Path(paths["csv"]).read_text().splitlines()[0] == "method,depth,seeds,bleu,paper,difference,status"
 
 
+@pytest.mark.slow
 def test_smoke_run_of_a_table_end_to_end(toy_data, tmp_path):
     """--smoke through the real fairseq-train / average / fairseq-generate / score, then collect."""
     output = io.StringIO()
@@ -408,6 +409,7 @@ def test_smoke_run_of_a_table_end_to_end(toy_data, tmp_path):
     assert rerun.getvalue().count("done before") == 8
 
 
+@pytest.mark.slow
 def test_a_crash_that_is_not_a_divergence_stops_the_table_and_is_not_marked_diverged(toy_data, tmp_path):
     config = yaml.safe_load((REPO / "configs" / "admin_iwslt14_de_en.yaml").read_text())
     config["methods"] = {"broken": ["--arch", "transformer_admin_iwslt_de_en", "--no-such-flag"]}

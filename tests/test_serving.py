@@ -30,6 +30,8 @@ from deepnmt_plugin.translate import main as translate_main
 from tiny_training import checkpoint_of, hypotheses
 from tiny_training import one_thread_per_process  # noqa: F401  (autouse fixture)
 
+pytestmark = pytest.mark.slow  # trains, generates or builds corpora through subprocesses
+
 SERVABLE = ["transformer_preln_iwslt_de_en", "transformer_deepnorm_iwslt_de_en", "transformer_admin_iwslt_de_en"]
 UPDATES = 120  # enough for the toy task's words and reordering to show; every arch trains side by side
 SCHEDULE = ["--lr", "5e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", 30]
