@@ -152,13 +152,19 @@ def atomic_write(path):
         with contextlib.suppress(FileNotFoundError):
             os.remove(partial)
         raise
-    directory = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    fsync(os.path.dirname(os.path.abspath(path)))  # the rename itself survives a power loss
+
+
+def fsync(path) -> None:
+    """Write a file, or a directory's entries, through to the disk."""
+    descriptor = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(directory)  # the rename itself survives a power loss
-    except OSError:  # some network and FUSE file systems cannot sync a directory; the rename is atomic still
-        pass
+        os.fsync(descriptor)
+    except OSError:  # some network and FUSE file systems cannot sync a directory (renames stay atomic); a file must
+        if not os.path.isdir(path):
+            raise
     finally:
-        os.close(directory)
+        os.close(descriptor)
 
 
 def save_atomically(obj, path) -> None:

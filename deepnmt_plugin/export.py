@@ -327,26 +327,14 @@ def replace_directory(new: Path, output: Path) -> None:
     """Rename ``new`` to ``output``; an earlier ``output`` is renamed aside first and deleted last, so a crash at any
     point leaves one of the two whole (between the renames: the earlier under OUT.replaced, the new under its name)."""
     for path in [*new.iterdir(), new]:  # written through before the renames: a power loss leaves no empty file
-        fsync(path)
+        compat.fsync(path)
     aside = output.with_name(output.name + ".replaced")
     if output.exists():
         shutil.rmtree(aside, ignore_errors=True)  # left by a crash after its renames: older than ``output``
         os.rename(output, aside)
     os.rename(new, output)
-    fsync(output.parent)
+    compat.fsync(output.parent)
     shutil.rmtree(aside, ignore_errors=True)
-
-
-def fsync(path: Path) -> None:
-    """Write a file, or a directory's entries, through to the disk."""
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    except OSError:  # some network and FUSE file systems cannot sync a directory (the renames stay atomic); a file must
-        if not path.is_dir():
-            raise
-    finally:
-        os.close(descriptor)
 
 
 def main(argv=None) -> None:

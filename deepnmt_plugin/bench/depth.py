@@ -235,8 +235,9 @@ def main(argv=None) -> int:
         raise SystemExit("deepnmt: error: --seeds and N-M depths are the study's (--preset study); the sweep trains "
                          "seed 1 with equal stacks")
     preset = PRESETS[args.preset]
-    preset = replace(preset, depths=tuple(encoder for encoder, _ in args.depths or []) or preset.depths, max_update=args.max_update or preset.max_update,
-                     warmup_updates=args.warmup_updates, lr=args.lr or preset.lr)
+    preset = replace(preset, depths=tuple(encoder for encoder, _ in args.depths or []) or preset.depths,
+                     max_update=args.max_update or preset.max_update, warmup_updates=args.warmup_updates,
+                     lr=args.lr or preset.lr)
     args.data_bin = data_bin(args.data, folder="data-bin-sentences")  # the quickstart's corpus
     args.cpu = args.cpu or not cuda_available()
     # named by the budget, so a --quick sweep and a full one share their runs

@@ -234,8 +234,8 @@ def run_cell(args, cell: Cell, preset: StudyPreset, threads: Optional[int]) -> d
         # what earlier, interrupted invocations measured: the segments' seconds add up, the peak RSS is their max
         progress = json.loads(progress_path.read_text()) if progress_path.exists() else {"seconds": 0.0, "rss_kib": 0}
         log = log_path.read_text() if log_path.exists() else ""
+        command = train_command(args.data_bin, cell, preset, save_dir, cpu=args.cpu)
         if progress.get("returncode") != 0 and not diverged_log(log):  # not finished: train, or resume
-            command = train_command(args.data_bin, cell, preset, save_dir, cpu=args.cpu)
             (directory / "train_command.txt").write_text(recorded_command(command) + "\n")  # the cell's exact fairseq-train
             returncode, seconds, rss_kib = run_measured(command, log_path, environment, cell.name)
             progress = {"seconds": progress["seconds"] + seconds, "rss_kib": max(progress["rss_kib"], rss_kib),
@@ -262,7 +262,7 @@ def run_cell(args, cell: Cell, preset: StudyPreset, threads: Optional[int]) -> d
             "seconds_per_update": seconds_per_update(log), "update_norm": update_norm_curve(log),
             # the record alone redraws every plot and table: the log and the generate output need not be kept
             "valid_loss_curve": valid_loss_curve(log), "samples": samples, "log": str(log_path),
-            "command": recorded_command(train_command(args.data_bin, cell, preset, save_dir, cpu=args.cpu)),
+            "command": recorded_command(command),
             "environment": provenance(args.cpu, threads),
         }
         result.update(cell_verdict(result, args.unigram_plateau))
