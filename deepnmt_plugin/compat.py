@@ -489,6 +489,24 @@ def _checked_start(call_main):
     return call
 
 
+def _cpu_ranks_under_torchrun(infer):
+    """fairseq takes a torchrun rank's device as ``RANK % torch.cuda.device_count()``: a division by zero on nodes
+    without CUDA (``fairseq-train --cpu`` under torchrun). There a rank keeps torchrun's local rank as its id."""
+
+    @functools.wraps(infer)
+    def infer_on_cpu(cfg):
+        if torch.cuda.device_count() > 0:
+            return infer(cfg)
+        cfg.distributed_init_method = "env://"
+        cfg.distributed_world_size = int(os.environ["WORLD_SIZE"])
+        cfg.distributed_rank = int(os.environ["RANK"])
+        cfg.device_id = int(os.environ.get("LOCAL_RANK", 0))
+        cfg.distributed_no_spawn = True  # torchrun started the processes
+
+    infer_on_cpu.deepnmt_wrapped = True
+    return infer_on_cpu
+
+
 def _wrap(owner, name: str, shim, static: bool = False) -> None:
     """Replace ``owner.name`` by ``shim(owner.name)`` once (importing the plugin twice wraps nothing twice)."""
     current = getattr(owner, name)
@@ -511,6 +529,7 @@ def install():
     _wrap(Trainer, "__init__", _refuse_half_precision_on_cpu)
     _wrap(Trainer, "load_checkpoint", _refuse_another_model)
     _wrap(distributed_utils, "call_main", _checked_start)
+    _wrap(distributed_utils, "_infer_torch_distributed_launch_init", _cpu_ranks_under_torchrun)
     if not getattr(TranslationTask.setup_task, "deepnmt_wrapped", False):
         unwrapped = TranslationTask.__dict__["setup_task"].__func__  # called with cls, so subclasses stay themselves
         TranslationTask.setup_task = classmethod(_check_data_directories(unwrapped))

@@ -15,6 +15,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -118,6 +119,9 @@ class Reproduction:
         if self.precision != "fp32" and not self.on_cuda:
             raise SystemExit(f"deepnmt: error: --precision {self.precision} needs a CUDA device; "
                              "on the CPU use --precision fp32 (the default there)")
+        # a node trains with one process a GPU, or one process on the CPU
+        self.processes_per_node = max(args.gpus, 1) if self.on_cuda else 1
+        self.world_size = args.nnodes * self.processes_per_node
 
     def batch(self, run: Run) -> tuple:
         """(tokens per update, max tokens per GPU, update-freq) of a run: the table's batch, or its depth's
@@ -127,7 +131,7 @@ class Reproduction:
         tokens_per_update = setting.get("tokens_per_update", setting.get("max_tokens", 4096))
         if self.args.smoke:
             return tokens_per_update, SMOKE_MAX_TOKENS, 1
-        max_tokens, update_freq = batching(tokens_per_update, max(self.args.gpus, 1), setting.get("max_tokens", 4096))
+        max_tokens, update_freq = batching(tokens_per_update, self.world_size, setting.get("max_tokens", 4096))
         return tokens_per_update, max_tokens, update_freq
 
     @staticmethod
@@ -148,9 +152,20 @@ class Reproduction:
                 if m not in method_depths or str(d) in method_depths[m]]
 
     def hardware_flags(self) -> List[str]:
-        if not self.on_cuda:
-            return ["--cpu"]
-        return ["--distributed-world-size", str(self.args.gpus)] if self.args.gpus > 1 else []
+        flags = [] if self.on_cuda else ["--cpu"]
+        if self.world_size > 1:
+            flags += ["--distributed-world-size", str(self.world_size)]
+            if not self.on_cuda:  # NCCL, and the device ids fairseq gives torch's DDP, need CUDA
+                flags += ["--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp"]
+        return flags
+
+    def launcher(self) -> List[str]:
+        """fairseq-train on one node (which spawns a process a GPU itself), or under torchrun on several."""
+        if self.args.nnodes == 1:
+            return ["fairseq-train"]
+        return ["torchrun", "--nnodes", str(self.args.nnodes), "--node-rank", str(self.args.node_rank),
+                "--nproc-per-node", str(self.processes_per_node), "--master-addr", self.args.master_addr,
+                "--master-port", str(self.args.master_port), shutil.which("fairseq-train") or "fairseq-train"]
 
     def precision_flags(self) -> List[str]:
         if self.precision == "fp32":
@@ -160,7 +175,7 @@ class Reproduction:
     def train_command(self, run: Run, save_dir: Path) -> List[str]:
         config = self.config
         _, max_tokens, update_freq = self.batch(run)
-        command = ["fairseq-train", self.args.data_bin, "--user-dir", USER_DIR, "--task", "translation_deep",
+        command = [*self.launcher(), self.args.data_bin, "--user-dir", USER_DIR, "--task", "translation_deep",
                    "--source-lang", config["source_lang"], "--target-lang", config["target_lang"],
                    *map(str, config["train"]), *map(str, config["methods"][run.method]),  # method flags win
                    "--encoder-layers", str(run.encoder_layers), "--decoder-layers", str(run.decoder_layers),
@@ -200,18 +215,20 @@ class Reproduction:
             depths = depths_by_batch.setdefault(self.batch(run), [])
             if run.depth not in depths:
                 depths.append(run.depth)
+        workers = f"{self.world_size} GPU" if self.on_cuda else f"{self.world_size} CPU process"
         batches = "; ".join(
-            f"{tokens} tokens per update = {max(self.args.gpus, 1)} GPU x {max_tokens} tokens x update-freq {update_freq}"
+            f"{tokens} tokens per update = {workers} x {max_tokens} tokens x update-freq {update_freq}"
             + (f" ({', '.join(depths)})" if len(depths_by_batch) > 1 else "")
             for (tokens, max_tokens, update_freq), depths in depths_by_batch.items()
         )
-        print(f"{self.config['table']}: {len(runs)} runs in {self.workdir}, precision {self.precision}, {batches}",
+        nodes = f", node {self.args.node_rank} of {self.args.nnodes}" if self.args.nnodes > 1 else ""
+        print(f"{self.config['table']}: {len(runs)} runs in {self.workdir}{nodes}, precision {self.precision}, {batches}",
               flush=True)
         if not self.on_cuda and self.args.gpus > 0 and not self.args.smoke:
             print("warning: no CUDA device: training in fp32 on the CPU, which the papers' budgets do not fit", flush=True)
         for number, run in enumerate(runs, 1):
             self.run_one(run, f"[{number}/{len(runs)}] {run.name}")
-        if not self.args.dry_run:
+        if not self.args.dry_run and self.args.node_rank == 0:
             tables = collect(self.workdir, self.config)
             print(Path(tables["markdown"]).read_text(), flush=True)
 
@@ -220,7 +237,12 @@ class Reproduction:
         save_dir, averaged = directory / "checkpoints", directory / "checkpoint_averaged.pt"
         generated, scores = directory / "generate.txt", directory / "scores.json"
         averaging = self.args.smoke or self.config.get("average_last", 1) > 1
-        steps = [("train", self.train_command(run, save_dir), directory / "train.log", directory / "train.done")]
+        node = f".node{self.args.node_rank}" if self.args.node_rank else ""
+        steps = [("train", self.train_command(run, save_dir), directory / f"train{node}.log",
+                  directory / f"train{node}.done")]
+        if node:  # only rank 0, on node 0, saves checkpoints: node 0 averages, generates and scores
+            self.run_steps(steps, directory, label)
+            return
         if averaging:
             steps.append(("average", self.average_command(save_dir, averaged), directory / "average.log", averaged))
         checkpoint = averaged if averaging else save_dir / "checkpoint_last.pt"
@@ -228,6 +250,9 @@ class Reproduction:
             ("generate", self.generate_command(checkpoint), generated, directory / "generate.done"),
             ("score", self.score_command(generated, scores), directory / "score.log", scores),
         ]
+        self.run_steps(steps, directory, label)
+
+    def run_steps(self, steps: list, directory: Path, label: str) -> None:
         for step, command, log, done in steps:
             if self.args.dry_run:
                 print(f"{label} {step}: {shlex.join(command)}", flush=True)
@@ -361,6 +386,11 @@ def parse_arguments(argv=None):
     parser.add_argument("--data", required=True, help="a data-prep output (holding data-bin/) or a data-bin folder")
     parser.add_argument("--gpus", type=count_argument, default=1,
                         help="GPUs on this node (fairseq's --distributed-world-size)")
+    parser.add_argument("--nnodes", type=count_argument, default=1,
+                        help="nodes training together: each runs this command with its --node-rank, under torchrun")
+    parser.add_argument("--node-rank", type=count_argument, default=0, help="this node's rank, 0 .. --nnodes - 1")
+    parser.add_argument("--master-addr", help="the address of node 0 (with --nnodes above 1)")
+    parser.add_argument("--master-port", type=count_argument, default=29500, help="a free port on node 0")
     parser.add_argument("--precision", choices=["fp16", "bf16", "fp32"], help="default: fp16 on CUDA, fp32 on CPU")
     parser.add_argument("--methods", nargs="+", help="subset of the table's methods")
     parser.add_argument("--depths", nargs="+", type=depth_argument,
@@ -371,7 +401,14 @@ def parse_arguments(argv=None):
     parser.add_argument("--smoke", action="store_true",
                         help="64-128-2 models, 20 updates, the last 2 update checkpoints averaged: checks the pipeline "
                              "(on the CPU, or on one GPU where there is one)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.nnodes < 1:
+        parser.error("--nnodes must be at least 1")
+    if args.node_rank >= args.nnodes:
+        parser.error(f"--node-rank {args.node_rank} is not below --nnodes {args.nnodes}")
+    if args.nnodes > 1 and not args.master_addr:
+        parser.error("--nnodes above 1 needs --master-addr, the address of node 0")
+    return args
 
 
 def main(argv=None) -> int:

@@ -119,6 +119,27 @@ def test_admin_batch_is_4_x_8192_tokens(gpus, expected):
     assert batching(32768, gpus, 8192) == expected
 
 
+def test_several_nodes_launch_fairseq_train_under_torchrun_with_the_worlds_batch():
+    out = dry_run("deepnet_wmt17_en_de", "--gpus", "8", "--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1",
+                  "--methods", "deepnorm", "--depths", "6")
+    assert "node 1 of 2, precision fp16, 524288 tokens per update = 16 GPU x 4096 tokens x update-freq 8" in out
+    train = next(line for line in out.splitlines() if " train: " in line)
+    assert re.search(r"train: torchrun --nnodes 2 --node-rank 1 --nproc-per-node 8 --master-addr 10.0.0.1 "
+                     r"--master-port 29500 \S+/fairseq-train \S+ --user-dir", train), train
+    assert "--distributed-world-size 16" in train and "--update-freq 8" in train
+    assert " generate: " not in out and " score: " not in out  # node 0 holds the checkpoints: it goes on alone
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--nnodes", "2"], "--nnodes above 1 needs --master-addr, the address of node 0"),
+    (["--nnodes", "2", "--node-rank", "2", "--master-addr", "a"], "--node-rank 2 is not below --nnodes 2"),
+    (["--nnodes", "0"], "--nnodes must be at least 1"),
+])
+def test_bad_node_flags_are_refused_in_one_line(flags, message):
+    with pytest.raises(SystemExit, match=f"^deepnmt: error: {re.escape(message)}$"):
+        reproduce.parse_arguments(["configs/deepnet_wmt17_en_de.yaml", "--data", "DATA", *flags])
+
+
 def test_precision_flags():
     fp16 = dry_run("admin_wmt14_en_de", "--gpus", "4", "--methods", "admin", "--depths", "6")
     assert "--fp16 --fp16-scale-window 256 --threshold-loss-scale 0.03125" in fp16  # the Clinic recipe
