@@ -26,9 +26,11 @@ from typing import Dict, List, Optional
 import yaml
 
 from deepnmt_plugin.processes import owned_process, stop_on_ctrl_c
+from deepnmt_plugin.provenance import provenance, recorded_command
 
 USER_DIR = str(Path(__file__).resolve().parent)
 DIVERGED = "diverged"
+ENVIRONMENT = ("commit", "torch", "fairseq", "python", "device", "threads")  # a run's environment.json, in the tables
 SMOKE_FLAGS = [
     "--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128",
     "--decoder-ffn-embed-dim", "128", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
@@ -243,6 +245,11 @@ class Reproduction:
         if node:  # only rank 0, on node 0, saves checkpoints: node 0 averages, generates and scores
             self.run_steps(steps, directory, label)
             return
+        if not self.args.dry_run and not (directory / "train.done").exists():
+            directory.mkdir(parents=True, exist_ok=True)
+            record = {**provenance(cpu=not self.on_cuda, threads=None), "seed": run.seed,
+                      "command": recorded_command(steps[0][1])}
+            (directory / "environment.json").write_text(json.dumps(record, indent=1) + "\n")
         if averaging:
             steps.append(("average", self.average_command(save_dir, averaged), directory / "average.log", averaged))
         checkpoint = averaged if averaging else save_dir / "checkpoint_last.pt"
@@ -315,16 +322,27 @@ def collect(workdir: Path, config: dict) -> Dict[str, str]:
     """Write ``results.md`` and ``results.csv``: method x depth, mean BLEU over seeds, paper, difference."""
     metric = config["bleu"]
     cells: Dict[tuple, dict] = {}
+    runs = []  # one row a run: its seed, BLEU, environment and training command
     for directory in sorted(p for p in Path(workdir).iterdir() if p.is_dir()):
-        match = re.fullmatch(r"(\w+?)_(\d+)L(?:-(\d+)L)?_seed\d+", directory.name)
+        match = re.fullmatch(r"(\w+?)_(\d+)L(?:-(\d+)L)?_seed(\d+)", directory.name)
         if not match:
             continue
-        method, encoder, decoder = match.groups()
-        cell = cells.setdefault((method, int(encoder), int(decoder or encoder)), {"bleu": [], "diverged": 0})
+        method, encoder, decoder, seed = match.groups()
+        cell = cells.setdefault((method, int(encoder), int(decoder or encoder)),
+                                {"bleu": [], "diverged": 0, "environments": []})
+        bleu = None
         if (directory / "diverged").exists():
             cell["diverged"] += 1
         elif (directory / "scores.json").exists():
-            cell["bleu"].append(json.loads((directory / "scores.json").read_text())[metric])
+            bleu = json.loads((directory / "scores.json").read_text())[metric]
+            cell["bleu"].append(bleu)
+        environment = (json.loads((directory / "environment.json").read_text())
+                       if (directory / "environment.json").exists() else {})
+        cell["environments"].append(environment)
+        status = DIVERGED if (directory / "diverged").exists() else "done" if bleu is not None else "incomplete"
+        runs.append({"method": method, "depth": depth_key(int(encoder), int(decoder or encoder)), "seed": int(seed),
+                     "bleu": bleu, "status": status, **{key: environment.get(key) for key in ENVIRONMENT},
+                     "command": environment.get("command")})
     paper = {method: {str(k): v for k, v in depths.items()} for method, depths in config.get("paper", {}).items()}
     rows = []
     for (method, encoder, decoder), cell in sorted(cells.items()):
@@ -334,12 +352,15 @@ def collect(workdir: Path, config: dict) -> Dict[str, str]:
         status = DIVERGED if cell["diverged"] else ("done" if ours is not None else "incomplete")
         difference = round(ours - published, 2) if ours is not None and isinstance(published, (int, float)) else None
         rows.append({"method": method, "depth": depth, "seeds": len(cell["bleu"]) + cell["diverged"],
-                     "bleu": ours, "paper": published, "difference": difference, "status": status})
+                     "bleu": ours, "paper": published, "difference": difference, "status": status,
+                     **{key: distinct(e.get(key) for e in cell["environments"]) for key in ENVIRONMENT}})
     csv_path, markdown_path = Path(workdir) / "results.csv", Path(workdir) / "results.md"
-    with open(csv_path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else ["method"])
-        writer.writeheader()
-        writer.writerows(rows)
+    runs_path = Path(workdir) / "runs.csv"
+    for path, table in ((csv_path, rows), (runs_path, runs)):
+        with open(path, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(table[0]) if table else ["method"])
+            writer.writeheader()
+            writer.writerows(table)
     lines = [f"### {config['table']}", "", f"BLEU: {metric}", "",
              "| method | depth | seeds | ours | paper | difference |", "|---|---|---|---|---|---|"]
     for row in rows:
@@ -347,8 +368,20 @@ def collect(workdir: Path, config: dict) -> Dict[str, str]:
         paper_value = "–" if row["paper"] is None else row["paper"]
         difference = "" if row["difference"] is None else f"{row['difference']:+.2f}"
         lines.append(f"| {row['method']} | {row['depth']} | {row['seeds']} | {ours} | {paper_value} | {difference} |")
+    environments = [run for run in runs if run["commit"] is not None]
+    if environments:
+        values = {key: distinct(run[key] for run in environments) for key in ENVIRONMENT}
+        lines += ["", f"Trained at commit {values['commit']} with torch {values['torch']}, fairseq {values['fairseq']}, "
+                      f"Python {values['python']} on {values['device']} ({values['threads']} threads a process); "
+                      f"each run's seed, environment and training command: runs.csv."]
     markdown_path.write_text("\n".join(lines) + "\n")
-    return {"csv": str(csv_path), "markdown": str(markdown_path)}
+    return {"csv": str(csv_path), "markdown": str(markdown_path), "runs": str(runs_path)}
+
+
+def distinct(values) -> Optional[str]:
+    """The different values among ``values`` (None left out), joined by " / "; None where there are none."""
+    found = list(dict.fromkeys(str(value) for value in values if value is not None))
+    return " / ".join(found) if found else None
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -334,7 +334,9 @@ def test_study_micro_trains_generates_scores_and_resumes(toy_data, tmp_path, cap
                  "--workdir", str(workdir), "--cpu", "--jobs", "2"]
     assert depth.main(arguments) == 0
     printed = capsys.readouterr().out
-    assert "the corpus's unigram plateau is at validation loss " in printed
+    assert ("the corpus: its text unknown (no data-prep output beside the data-bin), its unigram plateau at "
+            "validation loss ") in printed
+    assert study_cell(workdir, "preln_1L-1L")["corpus"] is None
     reading = printed.strip().splitlines()[-1]  # the last line reads the table, a verdict per cell
     assert reading.startswith("Reading the table: ")
     for name in ("preln_1L-1L", "deepnorm_1L-1L", "preln_2L-2L", "deepnorm_2L-2L", "deepnorm_2L-2L_ckpt"):
@@ -440,6 +442,19 @@ def test_study_seeds_and_unequal_stacks(toy_data, tmp_path, capsys, monkeypatch)
     spread = f"{sum(bleus) / 2:.2f} ± {study.statistics.stdev(bleus):.2f}"
     stalled = sum(cell["verdict"] == "stalled at the unigram plateau" for cell in (first, second))
     assert f"| preln | 2-1 | 2 | {spread} | {stalled}/2 | 0/2 |" in (workdir / "results.md").read_text()
+
+
+def test_a_study_on_a_data_prep_output_records_its_corpus_checksum(tmp_path):
+    from deepnmt_plugin.bench import study
+    from deepnmt_plugin.data import l10n
+
+    for name in l10n.TEXTS:
+        (tmp_path / name).write_text(f"{name}\n")
+    (tmp_path / "data-bin").mkdir()
+    expected = {"checksum": l10n.checksum(l10n.text_hashes(tmp_path)), "pinned": False}
+    assert study.corpus_record(str(tmp_path), str(tmp_path / "data-bin")) == expected
+    assert study.corpus_record(str(tmp_path / "data-bin"), str(tmp_path / "data-bin")) == expected  # --data data-bin
+    assert study.corpus_record(str(tmp_path / "data-bin" / "x"), str(tmp_path / "data-bin" / "x")) is None
 
 
 def torch_version() -> str:

@@ -1,6 +1,7 @@
 """The table scripts: dry-run plans, batch arithmetic, scoring conventions, collect, divergence."""
 
 import contextlib
+import csv
 import io
 import json
 import re
@@ -399,7 +400,27 @@ def test_collect_writes_the_table_with_paper_and_difference(tmp_path):
     assert "| admin | 18 | 0 | – | 28.8 |  |" in markdown
     assert "| postln | 6 | 1 | 27.50 | 27.8 | -0.30 |" in markdown
     assert "| postln | 18 | 1 | diverged | diverged |  |" in markdown
-    assert Path(paths["csv"]).read_text().splitlines()[0] == "method,depth,seeds,bleu,paper,difference,status"
+    assert Path(paths["csv"]).read_text().splitlines()[0] == (
+        "method,depth,seeds,bleu,paper,difference,status,commit,torch,fairseq,python,device,threads")
+
+
+def test_collect_records_each_runs_environment_and_command(tmp_path):
+    config = {"table": "toy", "bleu": "bleu_tokenized", "paper": {}}
+    for seed, device in [(1, "CPU A"), (2, "CPU B")]:
+        run = tmp_path / f"admin_6L_seed{seed}"
+        run.mkdir()
+        (run / "scores.json").write_text(json.dumps({"bleu_tokenized": 27.0 + seed}))
+        (run / "environment.json").write_text(json.dumps({
+            "commit": "abc", "uncommitted_changes": False, "torch": "2.13.0", "fairseq": "0.12.3", "python": "3.11.9",
+            "device": device, "threads": 2, "seed": seed, "command": f"fairseq-train data-bin --seed {seed}"}))
+    paths = collect(tmp_path, config)
+    row = next(csv.DictReader(open(paths["csv"])))
+    assert (row["commit"], row["torch"], row["device"], row["threads"]) == ("abc", "2.13.0", "CPU A / CPU B", "2")
+    runs = list(csv.DictReader(open(paths["runs"])))
+    assert [(r["seed"], r["bleu"], r["device"], r["command"]) for r in runs] == [
+        ("1", "28.0", "CPU A", "fairseq-train data-bin --seed 1"), ("2", "29.0", "CPU B", "fairseq-train data-bin --seed 2")]
+    assert ("Trained at commit abc with torch 2.13.0, fairseq 0.12.3, Python 3.11.9 on CPU A / CPU B (2 threads a "
+            "process); each run's seed, environment and training command: runs.csv.") in Path(paths["markdown"]).read_text()
 
 
 @pytest.mark.slow
@@ -422,6 +443,10 @@ def test_smoke_run_of_a_table_end_to_end(toy_data, tmp_path):
         fairseq_bleu = float(re.search(r"BLEU4 = ([\d.]+)", (run / "generate.txt").read_text()).group(1))
         assert scores["bleu_tokenized"] == pytest.approx(fairseq_bleu, abs=0.01)  # fairseq's own tokenized BLEU
     assert (tmp_path / "admin_iwslt14_de_en" / "admin_6L_seed1" / "checkpoint_averaged.pt").exists()
+    environment = json.loads((tmp_path / "admin_iwslt14_de_en" / "admin_6L_seed1" / "environment.json").read_text())
+    assert environment["seed"] == 1 and environment["torch"] and environment["device"] and environment["threads"] >= 1
+    assert environment["command"].startswith("fairseq-train ") and " --seed 1 " in environment["command"]
+    assert "Trained at commit " in table
 
     rerun = io.StringIO()
     with contextlib.redirect_stdout(rerun):  # every step is skipped the second time

@@ -26,7 +26,6 @@ import csv
 import json
 import os
 import re
-import shlex
 import statistics
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from deepnmt_plugin.bench.runs import (FAILED, FINISHED, LABEL_SMOOTHING, METHOD
                                        cell_lock, classify, final_valid_loss, method_style, plot_vs_depth, say,
                                        unfinished, unigram_plateau, update_norm_curve, valid_loss_curve, verdict)
 from deepnmt_plugin.processes import children_stop_with_driver, owned_process, run_owned
+from deepnmt_plugin.provenance import provenance, recorded_command
 from deepnmt_plugin.reproduce import DIVERGED, USER_DIR, diverged_log
 
 RESULT_COLUMNS = ["method", "encoder_layers", "decoder_layers", "seed", "updates", "valid_loss", "test_bleu", "diverged",
@@ -158,37 +158,19 @@ def generate_command(data_bin: str, checkpoint: Path, cpu: bool) -> List[str]:
             "--max-tokens", "4096", "--required-batch-size-multiple", "1", *(["--cpu"] if cpu else [])]
 
 
-def provenance(cpu: bool, threads: Optional[int]) -> dict:
-    """What a cell's numbers depend on besides its command: the code, the software and the hardware."""
-    import platform
+def corpus_record(data: str, data_bin: str) -> Optional[dict]:
+    """The checksum of the corpus text a study trains on and whether it is data-prep's pinned l10n corpus; None for a
+    data-bin without its data-prep text beside it."""
+    from deepnmt_plugin.data.l10n import corpus_checksum
+    from deepnmt_plugin.data.pipeline import DataPrepError
 
-    import fairseq
-    import torch
-
-    def git(*arguments: str) -> str:
-        found = subprocess.run(["git", *arguments], cwd=Path(__file__).parent, capture_output=True, text=True)
-        return found.stdout.strip() if found.returncode == 0 else ""
-
-    cpus = re.findall(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.M) \
-        if Path("/proc/cpuinfo").exists() else []
-    device = (torch.cuda.get_device_name() if not cpu and torch.cuda.is_available()
-              else cpus[0] if cpus else platform.processor() or platform.machine())
-    return {"commit": git("rev-parse", "HEAD") or None,
-            "uncommitted_changes": bool(git("status", "--porcelain", "--untracked-files=no")),
-            "torch": torch.__version__, "fairseq": fairseq.__version__, "python": platform.python_version(),
-            "device": device, "threads": threads or torch.get_num_threads()}
-
-
-def recorded_command(command: List[str]) -> str:
-    """``command`` as a reader pastes it where it ran (the repository root): ``python`` for this interpreter, and
-    paths inside the working directory relative to it, so the record names no one machine's checkout."""
-    def portable(argument: str) -> str:
-        if argument == sys.executable:
-            return "python"
-        path = Path(argument)
-        return str(path.relative_to(Path.cwd())) if path.is_absolute() and path.is_relative_to(Path.cwd()) else argument
-
-    return shlex.join(portable(argument) for argument in command)
+    for folder in dict.fromkeys((Path(data), Path(data_bin).parent)):
+        try:
+            checksum, pinned = corpus_checksum(folder)
+        except DataPrepError:  # not the folder holding the text
+            continue
+        return {"checksum": checksum, "pinned": pinned}
+    return None
 
 
 def run_measured(command: List[str], log_path: Path, environment: dict, label: str) -> tuple:
@@ -263,7 +245,7 @@ def run_cell(args, cell: Cell, preset: StudyPreset, threads: Optional[int]) -> d
             # the record alone redraws every plot and table: the log and the generate output need not be kept
             "valid_loss_curve": valid_loss_curve(log), "samples": samples, "log": str(log_path),
             "command": recorded_command(command),
-            "environment": provenance(args.cpu, threads),
+            "environment": provenance(args.cpu, threads), "corpus": args.corpus,
         }
         result.update(cell_verdict(result, args.unigram_plateau))
         if status != FAILED:  # a crash (out of memory, a bad flag) is retried by the next invocation, from its checkpoint
@@ -470,8 +452,11 @@ def run(args, preset: StudyPreset, threads: Optional[int]) -> int:
              f"{preset.max_update} updates x {preset.max_tokens} tokens, warmup {preset.warmup_updates} for "
              f"{', '.join(WARMUP_METHODS)}, none for the others")
     args.unigram_plateau = unigram_plateau(args.data_bin)
-    say(f"{title}: {len(plan)} cells in {workdir}, {args.jobs} at a time; the corpus's unigram plateau is at "
-        f"validation loss {args.unigram_plateau:.3f}")
+    args.corpus = corpus_record(args.data, args.data_bin)
+    corpus = ("its text unknown (no data-prep output beside the data-bin)" if args.corpus is None else
+              f"checksum {args.corpus['checksum']} ({'the pinned one' if args.corpus['pinned'] else 'NOT the pinned one'})")
+    say(f"{title}: {len(plan)} cells in {workdir}, {args.jobs} at a time; the corpus: {corpus}, its unigram plateau "
+        f"at validation loss {args.unigram_plateau:.3f}")
     order = sorted(plan, key=lambda cell: -cell.layers)  # deepest first: no long cell is left alone at the end
 
     def run_and_report(index, cell):
