@@ -32,8 +32,9 @@ setup(
         # Pinned: serving.py reuses the fairseq converter's helpers (_get_model_spec, set_transformer_*).
         "ctranslate2==4.8.5",
     ],
-    # the authors' packages the tests compare our layers with (torchscale: scripts/install.sh, without its deps)
-    extras_require={"test": ["pytest", "rezero==0.1.0", "admin-torch==0.1.0"]},
+    # pytest-xdist runs the tests on every core (pytest.ini); the authors' packages the tests compare our layers with
+    # (torchscale: scripts/install.sh, without its deps)
+    extras_require={"test": ["pytest", "pytest-xdist>=3.5", "rezero==0.1.0", "admin-torch==0.1.0"]},
     entry_points={"console_scripts": [
         "deepnmt-user-dir=deepnmt_plugin.cli:print_user_dir",
         "deepnmt-export=deepnmt_plugin.export:main",

@@ -1,6 +1,9 @@
-"""Shared fixtures: a binarized toy corpus, fairseq CLI runners, in-process model building."""
+"""Shared fixtures: a binarized toy corpus, fairseq CLI runners, in-process model building; the test workers
+(pytest-xdist, ``-n auto --dist loadgroup`` in pytest.ini)."""
 
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +15,44 @@ USER_DIR = str(REPO / "deepnmt_plugin")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import deepnmt_plugin  # noqa: E402,F401  (registers the plugin, as --user-dir does)
+import torch  # noqa: E402
 from corpus import write_corpus  # noqa: E402
+
+MAX_WORKERS = 4
+# the modules whose tests share no costly module fixture: their tests go one by one to whichever worker is free;
+# every other module's tests stay on one worker, so its module fixtures are built once
+SPREAD_MODULES = {"test_end_to_end.py", "test_faults_training.py", "test_admin_training.py", "test_bench.py"}
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # workers share the cores: one thread each, and in their subprocesses
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: a worker per core, at most MAX_WORKERS (each holds torch and fairseq in memory)."""
+    return max(1, min(len(os.sched_getaffinity(0)), MAX_WORKERS))
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.path.name not in SPREAD_MODULES:
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
+
+
+def built_once(tmp_path_factory, name: str, build) -> Path:
+    """The folder ``build(folder)`` fills, built once per pytest run whatever the number of workers: the first to
+    ask builds it under a lock, the others wait for it and read it."""
+    worker_base = tmp_path_factory.getbasetemp()
+    run_base = worker_base.parent if os.environ.get("PYTEST_XDIST_WORKER") else worker_base
+    folder = run_base / f"shared-{name}"
+    with open(run_base / f"shared-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / ".built").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            (folder / ".built").touch()
+    return folder
 
 TINY_DIMS = [
     "--encoder-embed-dim", "64", "--decoder-embed-dim", "64",
@@ -36,14 +76,15 @@ def fairseq_cli(tool, *args, cwd=None, check=True, stdin=None):
 @pytest.fixture(scope="session")
 def toy_data(tmp_path_factory):
     """The toy corpus binarized by ``fairseq-preprocess`` with a joined dictionary."""
-    root = tmp_path_factory.mktemp("toy")
-    raw = write_corpus(root / "raw")
-    fairseq_cli(
-        "fairseq-preprocess", "--source-lang", "de", "--target-lang", "en",
-        "--trainpref", raw / "train", "--validpref", raw / "valid", "--testpref", raw / "test",
-        "--destdir", root / "data-bin", "--joined-dictionary", "--workers", "1",
-    )
-    return root / "data-bin"
+    def build(root):
+        raw = write_corpus(root / "raw")
+        fairseq_cli(
+            "fairseq-preprocess", "--source-lang", "de", "--target-lang", "en",
+            "--trainpref", raw / "train", "--validpref", raw / "valid", "--testpref", raw / "test",
+            "--destdir", root / "data-bin", "--joined-dictionary", "--workers", "1",
+        )
+
+    return built_once(tmp_path_factory, "toy", build) / "data-bin"
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ import pytest
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from omegaconf import OmegaConf
 
-from conftest import TINY_DIMS, USER_DIR, fairseq_cli
+from conftest import TINY_DIMS, USER_DIR, built_once, fairseq_cli
 
 WARMUP = ["--lr", "2e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", 8]
 RECIPES = {  # 2 + 2 layers; Admin needs the translation_deep task, T-Fixup its no-warmup schedule
@@ -23,7 +23,6 @@ RECIPES = {  # 2 + 2 layers; Admin needs the translation_deep task, T-Fixup its 
 }
 KILLED_AT, END = 8, 16  # mid-epoch 1 (11 updates an epoch); a run resumed there crosses into epoch 2
 SAVE_EVERY = ["--save-interval-updates", 4]
-_straight_runs = {}  # (data, arch) -> save dir, for the whole pytest session
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -48,13 +47,10 @@ def train(data, save_dir, arch, max_update, *extra, check=True):
 
 
 def straight_run(data, tmp_path_factory, arch) -> Path:
-    """The save dir of one fairseq-train run of ``arch`` to END, saving every 4 updates; trained once per
-    session and shared by the export and reliability tests (which only read it)."""
-    if (data, arch) not in _straight_runs:
-        save_dir = tmp_path_factory.mktemp(arch)
-        train(data, save_dir, arch, END, *SAVE_EVERY)
-        _straight_runs[data, arch] = save_dir
-    return _straight_runs[data, arch]
+    """The save dir of one fairseq-train run of ``arch`` to END, saving every 4 updates; trained once per pytest
+    run and shared by the export and reliability tests (which only read it)."""
+    return built_once(tmp_path_factory, f"{arch}-straight",
+                      lambda save_dir: train(data, save_dir, arch, END, *SAVE_EVERY))
 
 
 def hypotheses(generate_output: str) -> dict:
