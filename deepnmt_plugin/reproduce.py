@@ -319,7 +319,8 @@ def depth_key(encoder_layers: int, decoder_layers: int) -> str:
 
 
 def collect(workdir: Path, config: dict) -> Dict[str, str]:
-    """Write ``results.md`` and ``results.csv``: method x depth, mean BLEU over seeds, paper, difference."""
+    """Write ``results.md`` and ``results.csv`` (method x depth: mean BLEU over seeds, paper, difference, the runs'
+    environment) and ``runs.csv`` (a row a run: seed, BLEU, environment, training command)."""
     metric = config["bleu"]
     cells: Dict[tuple, dict] = {}
     runs = []  # one row a run: its seed, BLEU, environment and training command
