@@ -79,4 +79,3 @@ def stop_on_ctrl_c() -> None:
     """Ctrl-C raises KeyboardInterrupt in the driver, which then kills its children, even where it was started with
     SIGINT ignored (a shell's background job; Python then keeps it ignored, and the driver would never stop)."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
-

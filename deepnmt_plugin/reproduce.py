@@ -331,16 +331,15 @@ def collect(workdir: Path, config: dict) -> Dict[str, str]:
         method, encoder, decoder, seed = match.groups()
         cell = cells.setdefault((method, int(encoder), int(decoder or encoder)),
                                 {"bleu": [], "diverged": 0, "environments": []})
-        bleu = None
-        if (directory / "diverged").exists():
-            cell["diverged"] += 1
-        elif (directory / "scores.json").exists():
-            bleu = json.loads((directory / "scores.json").read_text())[metric]
+        diverged, scored = (directory / "diverged").exists(), (directory / "scores.json").exists()
+        bleu = json.loads((directory / "scores.json").read_text())[metric] if scored and not diverged else None
+        cell["diverged"] += diverged
+        if bleu is not None:
             cell["bleu"].append(bleu)
         environment = (json.loads((directory / "environment.json").read_text())
                        if (directory / "environment.json").exists() else {})
         cell["environments"].append(environment)
-        status = DIVERGED if (directory / "diverged").exists() else "done" if bleu is not None else "incomplete"
+        status = DIVERGED if diverged else "done" if bleu is not None else "incomplete"
         runs.append({"method": method, "depth": depth_key(int(encoder), int(decoder or encoder)), "seed": int(seed),
                      "bleu": bleu, "status": status, **{key: environment.get(key) for key in ENVIRONMENT},
                      "command": environment.get("command")})

@@ -4,6 +4,7 @@
 import fcntl
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +54,14 @@ def built_once(tmp_path_factory, name: str, build) -> Path:
             build(folder)
             (folder / ".built").touch()
     return folder
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a rendezvous of test processes)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
 
 TINY_DIMS = [
     "--encoder-embed-dim", "64", "--decoder-embed-dim", "64",

@@ -3,14 +3,13 @@
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import TINY_DIMS, USER_DIR, fairseq_cli
+from conftest import TINY_DIMS, USER_DIR, fairseq_cli, free_port
 
 pytestmark = pytest.mark.slow  # trains, generates or builds corpora through subprocesses
 
@@ -71,12 +70,6 @@ def test_malformed_profile_file_stops_training_with_its_name(toy_data, tmp_path)
     assert result.stderr.strip().splitlines()[-1] == (
         f"deepnmt: error: --admin-profile-file {profile}:2: expected '<index> <value>', got '2 oops'")
     assert not (save_dir / "checkpoint_last.pt").exists()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_two_ranks_end_with_identical_omega(toy_data, tmp_path):

@@ -2,7 +2,6 @@
 driver's torchrun launch with gloo, against a one-process run with the same tokens per update."""
 
 import os
-import socket
 import subprocess
 import sys
 
@@ -10,7 +9,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import REPO, TINY_DIMS
+from conftest import REPO, TINY_DIMS, free_port
 
 pytestmark = pytest.mark.slow  # trains, generates or builds corpora through subprocesses
 
@@ -26,12 +25,6 @@ TABLE = {
                 "deepnorm": ["--arch", "transformer_deepnorm_iwslt_de_en"]},
     "depths": [2], "generate": ["--beam", "1"], "bleu": "bleu_tokenized",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def weights(path) -> dict:
