@@ -82,7 +82,8 @@ def test_unigram_plateau_is_fairseqs_loss_of_the_best_model_that_ignores_the_sou
     ("finished", 9.279, [], 0.002, "stalled at the unigram plateau"),  # Post-LN 18L-18L on l10n: plateau 9.264
     ("finished", 9.193, [[1000, 9.2], [2000, 9.193]], None, "stalled at the unigram plateau"),  # Admin 50L: BLEU 0.02
     ("finished", 10.6, [], None, "stalled at the unigram plateau"),  # above it
-    ("finished", 6.0, [], 0.04, "stalled at the unigram plateau"),  # one sentence for every input
+    ("finished", 9.2, [], 0.0008, "stalled at the unigram plateau"),  # on it, one sentence: stalled
+    ("finished", 6.479, [[1500, 6.682], [2000, 6.479]], 0.0008, "ignores the source"),  # B2T 100L: 1 of 1,234 distinct
     ("finished", 6.0, [[500, 8.0], [1500, 6.5], [2000, 6.0]], 0.9, "still learning"),  # 7.7 % over the last quarter
     ("finished", 5.0, [[500, 5.3], [1500, 5.08], [2000, 5.0]], 0.9, "trained"),  # 1.6 %
     ("finished", 5.0, [], None, "left the plateau"),  # no curve kept: no slope to read
@@ -441,7 +442,8 @@ def test_study_seeds_and_unequal_stacks(toy_data, tmp_path, capsys, monkeypatch)
     bleus = [first["test_bleu"], second["test_bleu"]]
     spread = f"{sum(bleus) / 2:.2f} ± {study.statistics.stdev(bleus):.2f}"
     stalled = sum(cell["verdict"] == "stalled at the unigram plateau" for cell in (first, second))
-    assert f"| preln | 2-1 | 2 | {spread} | {stalled}/2 | 0/2 |" in (workdir / "results.md").read_text()
+    ignoring = sum(cell["verdict"] == "ignores the source" for cell in (first, second))
+    assert f"| preln | 2-1 | 2 | {spread} | {stalled}/2 | {ignoring}/2 | 0/2 |" in (workdir / "results.md").read_text()
 
 
 def test_a_study_on_a_data_prep_output_records_its_corpus_checksum(tmp_path):

@@ -3,7 +3,8 @@ their plot style, what its fairseq-train log says (curves, outcome), the verdict
 
 A verdict says what a run did, in words that match its numbers: ``diverged``, ``crashed``, ``stalled at the unigram
 plateau`` (its validation loss is where a model lands that predicts the target words' frequencies and ignores the
-source), ``still learning`` (left the plateau and its loss was still falling at the end), ``trained`` (left it and
+source), ``ignores the source`` (below the plateau, yet the same few sentences for every test input: a target-side
+language model), ``still learning`` (left the plateau and its loss was still falling at the end), ``trained`` (left it and
 its loss had flattened) or ``left the plateau`` (no validation curve to tell which of the two).
 """
 
@@ -38,15 +39,16 @@ FOUNDING = ("postln", "preln", "admin", "deepnorm", "tfixup")  # solid lines in 
 FINISHED, FAILED = "finished", "failed"  # a run's outcome besides DIVERGED: it ran to its end, or it crashed
 LABEL_SMOOTHING = 0.1  # every benchmark run's; the unigram plateau depends on it
 STALLED, STILL_LEARNING, TRAINED = "stalled at the unigram plateau", "still learning", "trained"
-LEFT_PLATEAU, CRASHED = "left the plateau", "crashed"
+LEFT_PLATEAU, CRASHED, IGNORES_SOURCE = "left the plateau", "crashed", "ignores the source"
 # bits above the plateau's loss still count as on it: Admin 50L-50L ends 0.07 below it, translating nothing (BLEU 0.02)
 PLATEAU_MARGIN = 0.15
 # the validation loss fell by more than this fraction over the last quarter of the updates: more updates would help
 STILL_FALLING = 0.02
-# a model that writes the same few sentences for every input ignores its source, whatever its loss
+# a model that writes the same few sentences for every input ignores its source, whatever its loss (below the
+# plateau's: a target-side language model, as B2T 100L-100L is at update 2,000: valid loss 6.48, one sentence for all)
 FEWEST_DISTINCT = 0.05
-VERDICT_RULES = (f"stalled within {PLATEAU_MARGIN} of the plateau's loss (or with {FEWEST_DISTINCT:.0%} distinct test "
-                 f"hypotheses or fewer), still learning when the validation loss fell more than {STILL_FALLING:.0%} over "
+VERDICT_RULES = (f"stalled within {PLATEAU_MARGIN} of the plateau's loss, ignores the source below it with "
+                 f"{FEWEST_DISTINCT:.0%} distinct test hypotheses or fewer, still learning when the validation loss fell more than {STILL_FALLING:.0%} over "
                  "the last quarter of the updates, trained when it fell less; left the plateau where no validation "
                  "curve is kept")
 
@@ -121,9 +123,10 @@ def verdict(status: str, valid_loss: Optional[float], curve: List[List[float]], 
         return DIVERGED
     if status == FAILED or valid_loss is None:
         return CRASHED
-    if (plateau is not None and valid_loss >= plateau - PLATEAU_MARGIN) or (
-            distinct_fraction is not None and distinct_fraction <= FEWEST_DISTINCT):
+    if plateau is not None and valid_loss >= plateau - PLATEAU_MARGIN:
         return STALLED
+    if distinct_fraction is not None and distinct_fraction <= FEWEST_DISTINCT:
+        return IGNORES_SOURCE
     last_update, last_loss = curve[-1] if curve else (0, valid_loss)
     earlier = [loss for update, loss in curve if update <= 0.75 * last_update]
     if not earlier:  # one validation, at the end: no slope to read

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from deepnmt_plugin.bench import pyplot
-from deepnmt_plugin.bench.runs import (FAILED, FINISHED, LABEL_SMOOTHING, METHODS, STALLED, VERDICT_RULES, CellBusy,
+from deepnmt_plugin.bench.runs import (FAILED, FINISHED, IGNORES_SOURCE, LABEL_SMOOTHING, METHODS, STALLED, VERDICT_RULES, CellBusy,
                                        cell_lock, classify, final_valid_loss, method_style, plot_vs_depth, say,
                                        unfinished, unigram_plateau, update_norm_curve, valid_loss_curve, verdict)
 from deepnmt_plugin.processes import children_stop_with_driver, owned_process, run_owned
@@ -270,6 +270,9 @@ def reading(results: List[dict]) -> str:
     if any(r["verdict"] == STALLED for r in results):
         sentence += (f" A cell stalled at the unigram plateau (validation loss {results[0]['unigram_plateau']:.2f}) "
                      "predicts the most frequent target words whatever the source: it has learned no translation.")
+    if any(r["verdict"] == IGNORES_SOURCE for r in results):
+        sentence += (" A cell that ignores the source has learned what English sentences look like, not what the German "
+                     "says: it writes the same few sentences for every input.")
     return sentence
 
 
@@ -330,9 +333,11 @@ def write_markdown(results: List[dict], path: Path, title: str) -> None:
                      f"| {r['verdict']} |")
     if any(r.get("seed", 1) != 1 for r in results):
         lines += ["", "Over seeds (test sacreBLEU mean ± standard deviation; stalled: at the unigram plateau):", "",
-                  "| method | depth | seeds | test sacreBLEU | stalled | diverged |", "|---|---|---|---|---|---|"]
+                  "| method | depth | seeds | test sacreBLEU | stalled | ignores the source | diverged |",
+                  "|---|---|---|---|---|---|---|"]
         lines += [f"| {method} | {depth} | {len(group)} | {spread(group)} | "
                   f"{sum(r['verdict'] == STALLED for r in group)}/{len(group)} | "
+                  f"{sum(r['verdict'] == IGNORES_SOURCE for r in group)}/{len(group)} | "
                   f"{sum(r['status'] == DIVERGED for r in group)}/{len(group)} |"
                   for (method, depth), group in over_seeds(results).items()]
     if any(r["method"] == "postln" and r["encoder_layers"] == 6 for r in results):
