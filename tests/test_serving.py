@@ -101,7 +101,7 @@ def trained(prepared, tmp_path_factory):
         "--encoder-layers", 2, "--decoder-layers", 2, "--share-all-embeddings", "--dropout", 0.1,
         "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", *SCHEDULE,
         *(["--task", "translation_deep"] if "admin" in arch else []),
-        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", 0.1, "--max-tokens", 2000,
+        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", 0.1, "--max-tokens", 600,
         "--max-update", UPDATES, "--seed", 1, "--save-dir", save_dir, "--no-epoch-checkpoints",
         "--disable-validation", "--save-interval", 1000,
     ] for arch, save_dir in save_dirs.items()])
