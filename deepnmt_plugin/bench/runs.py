@@ -4,8 +4,8 @@ their plot style, what its fairseq-train log says (curves, outcome), the verdict
 A verdict says what a run did, in words that match its numbers: ``diverged``, ``crashed``, ``stalled at the unigram
 plateau`` (its validation loss is where a model lands that predicts the target words' frequencies and ignores the
 source), ``ignores the source`` (below the plateau, yet the same few sentences for every test input: a target-side
-language model), ``still learning`` (left the plateau and its loss was still falling at the end), ``trained`` (left it and
-its loss had flattened) or ``left the plateau`` (no validation curve to tell which of the two).
+language model), ``still learning`` (left the plateau and its loss was still falling at the end), ``trained`` (left
+it and its loss had flattened) or ``left the plateau`` (no validation curve to tell which of the two).
 """
 
 import contextlib
@@ -48,9 +48,9 @@ STILL_FALLING = 0.02
 # plateau's: a target-side language model, as B2T 100L-100L is at update 2,000: valid loss 6.48, one sentence for all)
 FEWEST_DISTINCT = 0.05
 VERDICT_RULES = (f"stalled within {PLATEAU_MARGIN} of the plateau's loss, ignores the source below it with "
-                 f"{FEWEST_DISTINCT:.0%} distinct test hypotheses or fewer, still learning when the validation loss fell more than {STILL_FALLING:.0%} over "
-                 "the last quarter of the updates, trained when it fell less; left the plateau where no validation "
-                 "curve is kept")
+                 f"{FEWEST_DISTINCT:.0%} distinct test hypotheses or fewer, still learning when the validation loss fell "
+                 f"more than {STILL_FALLING:.0%} over the last quarter of the updates, trained when it fell less; left "
+                 "the plateau where no validation curve is kept")
 
 
 def method_style(method: str) -> dict:

@@ -35,9 +35,10 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from deepnmt_plugin.bench import pyplot
-from deepnmt_plugin.bench.runs import (FAILED, FINISHED, IGNORES_SOURCE, LABEL_SMOOTHING, METHODS, STALLED, VERDICT_RULES, CellBusy,
-                                       cell_lock, classify, final_valid_loss, method_style, plot_vs_depth, say,
-                                       unfinished, unigram_plateau, update_norm_curve, valid_loss_curve, verdict)
+from deepnmt_plugin.bench.runs import (FAILED, FINISHED, IGNORES_SOURCE, LABEL_SMOOTHING, METHODS, STALLED,
+                                       VERDICT_RULES, CellBusy, cell_lock, classify, final_valid_loss, method_style,
+                                       plot_vs_depth, say, unfinished, unigram_plateau, update_norm_curve,
+                                       valid_loss_curve, verdict)
 from deepnmt_plugin.processes import children_stop_with_driver, owned_process, run_owned
 from deepnmt_plugin.provenance import provenance, recorded_command
 from deepnmt_plugin.reproduce import DIVERGED, USER_DIR, diverged_log
