@@ -5,7 +5,6 @@ import fcntl
 import os
 import shutil
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import deepnmt_plugin  # noqa: E402,F401  (registers the plugin, as --user-dir does)
 import torch  # noqa: E402
 from corpus import write_corpus  # noqa: E402
+from forked_cli import ForkServer  # noqa: E402
 
 MAX_WORKERS = 4
 # the modules whose tests share no costly module fixture: their tests go one by one to whichever worker is free;
@@ -70,13 +70,14 @@ TINY_DIMS = [
 ]
 
 
+FORK_SERVER = ForkServer()
+
+
 def fairseq_cli(tool, *args, cwd=None, check=True, stdin=None):
-    """Run a real fairseq entry point (``fairseq-train`` …) in a subprocess; returns the result."""
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
-    result = subprocess.run(
-        [os.path.join(os.path.dirname(sys.executable), tool), *map(str, args)],
-        cwd=cwd, env=env, input=stdin, capture_output=True, text=True, timeout=900,
-    )
+    """Run a real console script (``fairseq-train`` …) in a process of its own, forked from one that has imported
+    torch and fairseq (``forked_cli.py``); returns the finished process."""
+    result = FORK_SERVER.run([os.path.join(os.path.dirname(sys.executable), tool), *args], cwd=cwd, input=stdin,
+                             env=dict(os.environ, PYTHONWARNINGS="ignore"), timeout=900)
     if check and result.returncode != 0:
         raise AssertionError(f"{tool} failed ({result.returncode}):\n{result.stderr[-4000:]}")
     return result

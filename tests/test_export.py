@@ -4,7 +4,6 @@ loading plugin checkpoints from Python."""
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -12,7 +11,7 @@ import torch
 from fairseq import checkpoint_utils
 from fairseq.models.transformer import TransformerModel
 
-from conftest import TINY_DIMS, USER_DIR, fairseq_cli
+from conftest import FORK_SERVER, TINY_DIMS, USER_DIR, fairseq_cli
 from deepnmt_plugin import compat
 from deepnmt_plugin.export import ExportError, export, export_checkpoint
 from deepnmt_plugin.models.method import METHODS
@@ -76,10 +75,8 @@ def test_export_computes_the_same_and_generates_the_same_without_the_plugin(arch
     assert_same_function(trained[arch], exported, toy_data)
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    stock = subprocess.run(
-        [sys.executable, "-c", STOCK_GENERATE, str(toy_data), "--path", str(exported), *map(str, GENERATE)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
-    )
+    stock = FORK_SERVER.run([sys.executable, "-c", STOCK_GENERATE, toy_data, "--path", exported, *GENERATE],
+                            cwd=tmp_path, env=env, timeout=600)
     assert stock.returncode == 0, stock.stderr[-3000:]
     expected, found = generated[arch], hypotheses(stock.stdout)
     assert len(expected) > 90 and texts(found) == texts(expected)
@@ -181,8 +178,8 @@ def test_from_pretrained_with_user_dir_translates_like_fairseq_generate(arch, ge
     """A fresh Python process: ``user_dir=`` registers the plugin (archs and checkpoint loading) first."""
     checkpoint = straight_run(toy_data, tmp_path_factory, arch) / "checkpoint_last.pt"
     sentences = toy_data.parent / "raw" / "test.de"
-    result = subprocess.run([sys.executable, "-c", FROM_PRETRAINED, str(checkpoint.parent), str(toy_data), USER_DIR,
-                             str(sentences)], capture_output=True, text=True, timeout=600)
+    result = FORK_SERVER.run([sys.executable, "-c", FROM_PRETRAINED, checkpoint.parent, toy_data, USER_DIR, sentences],
+                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     translations = json.loads(result.stdout.strip().splitlines()[-1])
     expected = texts(generated[arch] if arch in generated else hypotheses(fairseq_cli(

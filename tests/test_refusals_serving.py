@@ -5,7 +5,6 @@ failing in a traceback."""
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import ctranslate2
@@ -13,7 +12,7 @@ import pytest
 import torch
 from fairseq.data import Dictionary
 
-from conftest import TINY_DIMS
+from conftest import FORK_SERVER, TINY_DIMS
 from deepnmt_plugin import average_checkpoints, compat, export, scoring, translate
 from tiny_training import checkpoint_of, files_in
 from tiny_training import one_thread_per_process  # noqa: F401  (autouse fixture)
@@ -40,8 +39,8 @@ def refused_in_process(command) -> str:
 
 
 def run(module, *args, stdin=b"", cwd=None):
-    return subprocess.run([sys.executable, "-m", f"deepnmt_plugin.{module}", *map(str, args)], input=stdin,
-                          cwd=cwd, capture_output=True, timeout=600)
+    return FORK_SERVER.run([sys.executable, "-m", f"deepnmt_plugin.{module}", *args], input=stdin, cwd=cwd,
+                           timeout=600, text=False)
 
 
 def words(count: int) -> bytes:

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO, TINY_DIMS, USER_DIR, fairseq_cli
+from conftest import FORK_SERVER, REPO, TINY_DIMS, USER_DIR, fairseq_cli
 from deepnmt_plugin.scoring import ScoringError, read_generate_output
 from tiny_training import checkpoint_of, last_line
 from tiny_training import one_thread_per_process  # noqa: F401  (autouse fixture)
@@ -54,8 +54,8 @@ def generated(build_model, toy_data, tmp_path_factory):
 
 
 def score(generate_output, toy_data, *flags):
-    return subprocess.run([sys.executable, "-m", "deepnmt_plugin.scoring", str(generate_output), "--source-lang",
-                           "de", "--target-lang", "en", *map(str, flags)], capture_output=True, text=True)
+    return FORK_SERVER.run([sys.executable, "-m", "deepnmt_plugin.scoring", generate_output, "--source-lang", "de",
+                            "--target-lang", "en", *flags])
 
 
 def test_scoring_refuses_an_output_that_leaves_test_sentences_out(generated, toy_data, tmp_path):

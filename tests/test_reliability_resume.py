@@ -7,7 +7,6 @@ import contextlib
 import os
 import re
 import shutil
-import subprocess
 import sys
 
 import pytest
@@ -16,7 +15,7 @@ from fairseq import checkpoint_utils, optim, options
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.file_io import PathManager
 
-from conftest import TINY_DIMS, USER_DIR, fairseq_cli
+from conftest import FORK_SERVER, TINY_DIMS, USER_DIR, fairseq_cli
 from tiny_training import last_line
 from tiny_training import one_thread_per_process  # noqa: F401  (autouse fixture)
 
@@ -105,8 +104,8 @@ def test_resume_repeats_the_uninterrupted_run_update_for_update(checkpoint, wher
 
 
 def test_a_kill_while_copying_to_checkpoint_last_leaves_the_previous_one(straight, toy_data, tmp_path):
-    killed = subprocess.run([sys.executable, "-c", KILLED_DURING_COPY, str(toy_data), *map(str, ISSUE_SETUP),
-                             "--save-dir", str(tmp_path)], capture_output=True, text=True, timeout=900)
+    killed = FORK_SERVER.run([sys.executable, "-c", KILLED_DURING_COPY, toy_data, *ISSUE_SETUP, "--save-dir", tmp_path],
+                             timeout=900)
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert load(tmp_path / "checkpoint_last.pt")["optimizer_history"][-1]["num_updates"] == 4  # not torn
     assert load(tmp_path / "checkpoint_1_8.pt")["optimizer_history"][-1]["num_updates"] == 8

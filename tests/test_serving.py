@@ -4,9 +4,7 @@ exactly as the data-prep, fairseq-generate and the Moses detokenizer do."""
 
 import io
 import json
-import os
 import re
-import subprocess
 import sys
 
 import ctranslate2
@@ -17,7 +15,7 @@ from fairseq.data.data_utils import post_process
 from fairseq_cli import preprocess
 from sacremoses import MosesDetokenizer
 
-from conftest import TINY_DIMS, USER_DIR
+from conftest import FORK_SERVER, TINY_DIMS, USER_DIR, fairseq_cli
 from corpus import write_corpus
 from deepnmt_plugin.data import ding, l10n, recipes, subwords
 from deepnmt_plugin.data.__main__ import RECIPES
@@ -45,19 +43,9 @@ RAW_TEXT = [  # quotes, a non-breaking prefix, hyphens, a dash, a zero-width spa
 ]
 
 
-def cli(tool):
-    return os.path.join(os.path.dirname(sys.executable), tool)
-
-
-def run_side_by_side(commands):
-    """Run the commands at once (one OpenMP thread each); returns their stdout, in order."""
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
-    running = [subprocess.Popen(list(map(str, command)), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True) for command in commands]
-    outputs = [process.communicate(timeout=900) for process in running]
-    for command, process, (_, stderr) in zip(commands, running, outputs):
-        assert process.returncode == 0, f"{command[0]} failed:\n{stderr[-3000:]}"
-    return [stdout for stdout, _ in outputs]
+def each_of(tool, argument_lists):
+    """``tool ARGS`` for each of the argument lists, one after the other; returns their stdout, in order."""
+    return [fairseq_cli(tool, *arguments).stdout for arguments in argument_lists]
 
 
 def raw_line(line: str) -> str:
@@ -96,8 +84,8 @@ def prepared(tmp_path_factory):
 def trained(prepared, tmp_path_factory):
     """arch -> its last checkpoint after UPDATES updates (2 + 2 layers, tiny dims, dropout on)."""
     save_dirs = {arch: tmp_path_factory.mktemp(arch) for arch in SERVABLE}
-    run_side_by_side([[
-        cli("fairseq-train"), prepared / "data-bin", "--user-dir", USER_DIR, "--arch", arch, "--cpu", *TINY_DIMS,
+    each_of("fairseq-train", [[
+        prepared / "data-bin", "--user-dir", USER_DIR, "--arch", arch, "--cpu", *TINY_DIMS,
         "--encoder-layers", 2, "--decoder-layers", 2, "--share-all-embeddings", "--dropout", 0.1,
         "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", *SCHEDULE,
         *(["--task", "translation_deep"] if "admin" in arch else []),
@@ -111,8 +99,8 @@ def trained(prepared, tmp_path_factory):
 @pytest.fixture(scope="module")
 def generated(prepared, trained):
     """arch -> fairseq-generate's output on the test set with the original (unexported) checkpoint."""
-    outputs = run_side_by_side([[cli("fairseq-generate"), prepared / "data-bin", "--user-dir", USER_DIR,
-                                 "--path", checkpoint, *GENERATE] for checkpoint in trained.values()])
+    outputs = each_of("fairseq-generate", [[prepared / "data-bin", "--user-dir", USER_DIR, "--path", checkpoint,
+                                            *GENERATE] for checkpoint in trained.values()])
     return dict(zip(trained, outputs))
 
 
@@ -193,8 +181,8 @@ def test_tfixup_is_refused_in_one_line(prepared, tmp_path):
                                                 "--encoder-layers", "1", "--decoder-layers", "1"])
     model = tasks.setup_task(args).build_model(args)
     torch.save(checkpoint_of(model, args), tmp_path / "tfixup.pt")
-    result = subprocess.run([sys.executable, "-m", "deepnmt_plugin.export", tmp_path / "tfixup.pt",
-                             tmp_path / "out", "--format", "ctranslate2"], capture_output=True, text=True, timeout=600)
+    result = FORK_SERVER.run([sys.executable, "-m", "deepnmt_plugin.export", tmp_path / "tfixup.pt", tmp_path / "out",
+                              "--format", "ctranslate2"], timeout=600)
     assert result.returncode == 1 and not result.stdout and not (tmp_path / "out").exists()
     assert result.stderr.strip().splitlines() == [
         f"deepnmt: error: cannot convert {tmp_path / 'tfixup.pt'} to CTranslate2: transformer_tfixup: T-Fixup has "
