@@ -1,5 +1,5 @@
 """Shared fixtures: a binarized toy corpus, fairseq CLI runners, in-process model building; the test workers
-(pytest-xdist, ``-n auto --dist loadgroup`` in pytest.ini)."""
+(pytest-xdist, ``-n auto --dist loadscope`` in pytest.ini, scoped by ``pytest_xdist_make_scheduler`` below)."""
 
 import fcntl
 import os
@@ -18,11 +18,9 @@ import deepnmt_plugin  # noqa: E402,F401  (registers the plugin, as --user-dir d
 import torch  # noqa: E402
 from corpus import write_corpus  # noqa: E402
 from forked_cli import ForkServer  # noqa: E402
+from xdist_scheduling import pytest_xdist_make_scheduler  # noqa: E402,F401  (a pytest hook)
 
 MAX_WORKERS = 4
-# the modules whose tests share no costly module fixture: their tests go one by one to whichever worker is free;
-# every other module's tests stay on one worker, so its module fixtures are built once
-SPREAD_MODULES = {"test_end_to_end.py", "test_faults_training.py", "test_admin_training.py", "test_bench.py"}
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # workers share the cores: one thread each, and in their subprocesses
     os.environ["OMP_NUM_THREADS"] = "1"
@@ -32,12 +30,6 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # workers share the cores: one thread
 def pytest_xdist_auto_num_workers(config):
     """``-n auto``: a worker per core, at most MAX_WORKERS (each holds torch and fairseq in memory)."""
     return max(1, min(len(os.sched_getaffinity(0)), MAX_WORKERS))
-
-
-def pytest_collection_modifyitems(items):
-    for item in items:
-        if item.path.name not in SPREAD_MODULES:
-            item.add_marker(pytest.mark.xdist_group(item.path.stem))
 
 
 def built_once(tmp_path_factory, name: str, build) -> Path:
