@@ -441,6 +441,8 @@ def parse_arguments(argv=None):
         parser.error(f"--node-rank {args.node_rank} is not below --nnodes {args.nnodes}")
     if args.nnodes > 1 and not args.master_addr:
         parser.error("--nnodes above 1 needs --master-addr, the address of node 0")
+    if not 1 <= args.master_port <= 65535:  # 0, "any free port", is one no other node could know
+        parser.error(f"--master-port {args.master_port} is not a TCP port every node can reach: give one of 1 to 65535")
     return args
 
 

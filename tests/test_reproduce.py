@@ -135,6 +135,9 @@ def test_several_nodes_launch_fairseq_train_under_torchrun_with_the_worlds_batch
     (["--nnodes", "2"], "--nnodes above 1 needs --master-addr, the address of node 0"),
     (["--nnodes", "2", "--node-rank", "2", "--master-addr", "a"], "--node-rank 2 is not below --nnodes 2"),
     (["--nnodes", "0"], "--nnodes must be at least 1"),
+    (["--nnodes", "2", "--master-addr", "a", "--master-port", "0"],
+     "--master-port 0 is not a TCP port every node can reach: give one of 1 to 65535"),
+    (["--master-port", "70000"], "--master-port 70000 is not a TCP port every node can reach: give one of 1 to 65535"),
 ])
 def test_bad_node_flags_are_refused_in_one_line(flags, message):
     with pytest.raises(SystemExit, match=f"^deepnmt: error: {re.escape(message)}$"):
