@@ -65,10 +65,15 @@ TINY_DIMS = [
 FORK_SERVER = ForkServer()
 
 
+def console_script(tool: str) -> str:
+    """The path of an installed console script (``fairseq-train`` …) of this interpreter's environment."""
+    return os.path.join(os.path.dirname(sys.executable), tool)
+
+
 def fairseq_cli(tool, *args, cwd=None, check=True, stdin=None):
     """Run a real console script (``fairseq-train`` …) in a process of its own, forked from one that has imported
     torch and fairseq (``forked_cli.py``); returns the finished process."""
-    result = FORK_SERVER.run([os.path.join(os.path.dirname(sys.executable), tool), *args], cwd=cwd, input=stdin,
+    result = FORK_SERVER.run([console_script(tool), *args], cwd=cwd, input=stdin,
                              env=dict(os.environ, PYTHONWARNINGS="ignore"), timeout=900)
     if check and result.returncode != 0:
         raise AssertionError(f"{tool} failed ({result.returncode}):\n{result.stderr[-4000:]}")

@@ -1,4 +1,4 @@
-"""Commands (``fairseq-train …``, ``python -m …``) run in processes forked from one that has imported torch and fairseq.
+"""Commands (``fairseq-train …``, ``python -m …``) run in processes forked from one that imported torch and fairseq.
 
 A fresh ``fairseq-train`` spends about 4 CPU-seconds importing torch and every fairseq task (scikit-learn and scipy
 among them) before it reads an argument, and the tests start a few hundred. Here one server per test worker imports
@@ -8,9 +8,9 @@ interpreter does, and its exit status comes back as a subprocess's would (negati
 
 A fresh process differs in what the imports leave behind, and the child puts it back: the root logger (fairseq-train
 configures it before importing fairseq; fairseq's wav2vec classification model configures it on import otherwise),
-the Python and NumPy random states, torch's thread count from OMP_NUM_THREADS, sys.argv and sys.path[0], a
-traceback's first frames. What stays shared: the hash seed (one per server). ``tests/test_forked_cli.py`` compares
-both ways of running.
+the Python and NumPy random states, the warning filters PYTHONWARNINGS adds, torch's thread count from
+OMP_NUM_THREADS, sys.argv and sys.path[0], a traceback's first frames. What stays shared: the hash seed (one per
+server). ``tests/test_forked_cli.py`` compares both ways of running.
 
 Run as ``python forked_cli.py FD``: serves JSON requests, one a line, on the socket FD until it closes.
 """
@@ -34,32 +34,35 @@ PRELOADED = ("torch", "fairseq", "fairseq.checkpoint_utils", "fairseq.criterions
 def serve(connection: socket.socket) -> None:
     import importlib
     import logging
+    import warnings
 
     root = logging.getLogger()
-    pristine = root.handlers[:], root.level
+    handlers, level = root.handlers[:], root.level
+    startup_filters = len(warnings.filters)  # the interpreter's defaults: the server runs without PYTHONWARNINGS
     for module in PRELOADED:
         importlib.import_module(module)
     configured_on_import = root.handlers[:], root.level
-    root.handlers[:], _ = pristine
-    root.setLevel(pristine[1])
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
     replies = connection.makefile("w")
     for line in connection.makefile("r"):
         pid = os.fork()
         if pid == 0:
             os.close(connection.detach())
-            run_child(json.loads(line), configured_on_import)
+            run_child(json.loads(line), configured_on_import, startup_filters)
         print(pid, file=replies, flush=True)
         _, status = os.waitpid(pid, 0)
         print(os.waitstatus_to_exitcode(status), file=replies, flush=True)
 
 
-def run_child(request: dict, configured_on_import) -> None:
+def run_child(request: dict, configured_on_import, startup_filters: int) -> None:
     """Become ``request['command']`` (a console script, ``python -c CODE …`` or ``python -m MODULE …``); never
     returns."""
     import random
     import runpy
     import types
+    import warnings
 
     import numpy
     import torch
@@ -76,6 +79,13 @@ def run_child(request: dict, configured_on_import) -> None:
             os.close(opened)
         random.seed()
         numpy.random.seed()
+        sys.warnoptions[:] = [option for option in os.environ.get("PYTHONWARNINGS", "").split(",") if option]
+        if sys.warnoptions:  # a fresh process puts them before the defaults, and the imports' own filters before them
+            added_by_imports = warnings.filters[:len(warnings.filters) - startup_filters]
+            del warnings.filters[:len(added_by_imports)]
+            warnings._processoptions(sys.warnoptions)
+            warnings.filters[:0] = added_by_imports
+            warnings._filters_mutated()
         if "OMP_NUM_THREADS" in os.environ:
             torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
         configure_logging_when_fairseq_is_imported(configured_on_import)
@@ -122,7 +132,8 @@ def configure_logging_when_fairseq_is_imported(configured_on_import) -> None:
             builtins.__import__ = fresh_import
             root = logging.getLogger()
             if not root.handlers:
-                root.handlers[:], level = configured_on_import
+                handlers, level = configured_on_import
+                root.handlers[:] = handlers
                 root.setLevel(level)
         return fresh_import(name, *args, **kwargs)
 
@@ -150,7 +161,8 @@ class ForkServer:
         self.connection, theirs = socket.socketpair()
         self.server = subprocess.Popen(
             [sys.executable, __file__, str(theirs.fileno())], pass_fds=[theirs.fileno()],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=dict(os.environ, PYTHONWARNINGS="ignore"),
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            env={name: value for name, value in os.environ.items() if name != "PYTHONWARNINGS"},
         )
         theirs.close()
         self.received = b""
@@ -158,7 +170,8 @@ class ForkServer:
         atexit.register(shutil.rmtree, self.folder, ignore_errors=True)
 
     def run(self, command, cwd=None, input=None, env=None, timeout=None, text=True) -> subprocess.CompletedProcess:
-        """``subprocess.run(command, capture_output=True, …)`` for a console script, ``python -c`` or ``python -m``."""
+        """``subprocess.run(command, capture_output=True, …)`` for a console script, ``python -c`` or
+        ``python -m``."""
         command = list(map(str, command))
         with self.lock:
             if self.server is None or self.server.poll() is not None:

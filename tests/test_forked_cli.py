@@ -9,14 +9,13 @@ import sys
 
 import pytest
 
-from conftest import FORK_SERVER, TINY_DIMS, USER_DIR, fairseq_cli
+from conftest import FORK_SERVER, TINY_DIMS, USER_DIR, console_script, fairseq_cli
 
 pytestmark = pytest.mark.slow  # trains, generates or builds corpora through subprocesses
 
 
-def fresh_process(command, cwd, stdin):
-    return subprocess.run(list(map(str, command)), cwd=cwd, input=stdin, env=dict(os.environ, PYTHONWARNINGS="ignore"),
-                          capture_output=True, text=True, timeout=900)
+IGNORE_WARNINGS = dict(os.environ, PYTHONWARNINGS="ignore")  # as fairseq_cli runs the tests' commands
+SHOW_WARNINGS = {name: value for name, value in os.environ.items() if name != "PYTHONWARNINGS"}
 
 
 def masked(output: str) -> list:
@@ -25,14 +24,15 @@ def masked(output: str) -> list:
             for line in output.splitlines()]
 
 
-def assert_same(tool, *args, cwd, stdin=None):
+def assert_same(tool, *args, cwd, stdin=None, env=IGNORE_WARNINGS):
     """Run ``tool ARGS`` (a console script, or ``python``) both ways, each in its own folder under ``cwd`` (what one
     writes, the other must not read); returns the forked one."""
-    command = [sys.executable if tool == "python" else os.path.join(os.path.dirname(sys.executable), tool), *args]
+    command = [sys.executable if tool == "python" else console_script(tool), *args]
     for run in ("forked", "fresh"):
         (cwd / run).mkdir(exist_ok=True)
-    forked = FORK_SERVER.run(command, cwd=cwd / "forked", input=stdin, env=dict(os.environ, PYTHONWARNINGS="ignore"))
-    fresh = fresh_process(command, cwd / "fresh", stdin)
+    forked = FORK_SERVER.run(command, cwd=cwd / "forked", input=stdin, env=env)
+    fresh = subprocess.run(list(map(str, command)), cwd=cwd / "fresh", input=stdin, env=env, capture_output=True,
+                           text=True, timeout=900)
     assert forked.returncode == fresh.returncode
     assert masked(forked.stdout) == masked(fresh.stdout)
     assert masked(forked.stderr) == masked(fresh.stderr)
@@ -79,9 +79,18 @@ def test_python_c_and_m_print_and_exit_as_in_a_fresh_process(toy_data, tmp_path)
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
 
 
+def test_warnings_show_as_the_environment_says(tmp_path):
+    code = "import warnings; warnings.warn('shown unless PYTHONWARNINGS says otherwise')"
+    assert "UserWarning: shown unless" in assert_same("python", "-c", code, cwd=tmp_path, env=SHOW_WARNINGS).stderr
+    assert not assert_same("python", "-c", code, cwd=tmp_path).stderr
+    always = assert_same("python", "-c", f"{code}; {code}", cwd=tmp_path,
+                         env=dict(SHOW_WARNINGS, PYTHONWARNINGS="always"))
+    assert always.stderr.count("UserWarning: shown unless") == 2
+
+
 def test_a_command_past_its_timeout_is_killed_and_the_next_one_runs(toy_data, tmp_path):
     endless = [toy_data, "--user-dir", USER_DIR, "--arch", "transformer_preln", "--cpu", *TINY_DIMS,
                "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", 500, "--no-save"]
     with pytest.raises(subprocess.TimeoutExpired):
-        FORK_SERVER.run([os.path.join(os.path.dirname(sys.executable), "fairseq-train"), *endless], timeout=5)
+        FORK_SERVER.run([console_script("fairseq-train"), *endless], timeout=5)
     assert "done training" in fairseq_cli("fairseq-train", *endless, "--max-update", 1).stdout

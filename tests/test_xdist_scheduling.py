@@ -48,7 +48,8 @@ def test_a_modules_fixture_is_built_once_the_other_tests_spread_and_slow_ones_st
     log = tmp_path / "log"
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadscope", "-p",
                              "no:cacheprovider", "-c", os.devnull, "--rootdir", tmp_path, tmp_path],
-                            env=dict(os.environ, LOG=str(log), PYTEST_ADDOPTS=""), capture_output=True, text=True, timeout=300)
+                            env=dict(os.environ, LOG=str(log), PYTEST_ADDOPTS=""), capture_output=True, text=True,
+                            timeout=300)
     assert result.returncode == 0, result.stdout[-3000:]
     lines = log.read_text().splitlines()
     assert lines.count("built") == 1

@@ -28,8 +28,8 @@ def pytest_xdist_make_scheduler(config, log):
                 if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
                     if any(ast.unparse(decorator).endswith("mark.slow") for decorator in node.decorator_list):
                         slow.add(node.name)
-            modules[path] = {"path": path, "slow": slow,
-                             "shares_fixtures": re.search(r'@pytest\.fixture\(scope="(module|class)"', source) is not None}
+            shares_fixtures = re.search(r'@pytest\.fixture\(scope="(module|class)"', source) is not None
+            modules[path] = {"path": path, "slow": slow, "shares_fixtures": shares_fixtures}
         return modules[path]
 
     def is_slow(nodeid: str) -> bool:
