@@ -388,6 +388,7 @@ def test_study_micro_trains_generates_scores_and_resumes(toy_data, tmp_path, cap
     assert [path.name for path in study.write_plots(kept, records, study.STUDY_MICRO)][-1] == "valid_loss_vs_update.png"
     for name in ("bleu_vs_depth.png", "update_norm_1L.png", "update_norm_2L.png", "valid_loss_vs_update.png"):
         assert (workdir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (workdir / "bleu_by_shape.png").exists()  # equal stacks only: bleu_vs_depth.png shows them
     assert "| deepnorm_2L-2L_ckpt | 2 |" in (workdir / "results.md").read_text()
 
     # a second invocation reuses every cell; another preset in the same workdir is refused before training
@@ -444,6 +445,7 @@ def test_study_seeds_and_unequal_stacks(toy_data, tmp_path, capsys, monkeypatch)
     stalled = sum(cell["verdict"] == "stalled at the unigram plateau" for cell in (first, second))
     ignoring = sum(cell["verdict"] == "ignores the source" for cell in (first, second))
     assert f"| preln | 2-1 | 2 | {spread} | {stalled}/2 | {ignoring}/2 | 0/2 |" in (workdir / "results.md").read_text()
+    assert (workdir / "bleu_by_shape.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_study_on_a_data_prep_output_records_its_corpus_checksum(tmp_path):

@@ -16,7 +16,8 @@ kill -9 included. ``--jobs N`` trains N cells at once, deepest first, the CPU co
 
 Outputs in ``--workdir`` (default ``runs/depth_study``), over every finished cell there, this invocation's and earlier
 ones': ``results.csv`` (one row a cell), ``results.md``,
-``bleu_vs_depth.png`` (DeepNet Fig. 1/3), ``update_norm_<depth>L.png`` (DeepNet Fig. 5: early model
+``bleu_vs_depth.png`` (DeepNet Fig. 1/3), ``bleu_by_shape.png`` (with N-M stacks: deep encoders beside the
+equal stacks), ``update_norm_<depth>L.png`` (DeepNet Fig. 5: early model
 update, each method under its schedule), ``valid_loss_vs_update.png`` (still learning, or stalled),
 ``samples.md`` (the first test sentences as each cell translated them)
 and, per cell, ``train_command.txt`` (its exact ``fairseq-train``), ``train.log``, ``generate.txt``, ``scores.json``.
@@ -404,6 +405,18 @@ def write_plots(results: List[dict], workdir: Path, preset: StudyPreset) -> List
     plot_vs_depth(by_method, "Test sacreBLEU vs depth (N = M; line: mean over seeds, dots: seeds; x on the bottom "
                   "edge: diverged)", "sacreBLEU", written[0])
     plotted = [r for r in every_seed if r.get("seed", 1) == 1]  # the curves: one line a method
+
+    # deep encoders with shallow decoders beside the equal stacks, each stack shape a step on x
+    grid = [r for r in results if not r["checkpoint_activations"]]
+    if any(r["encoder_layers"] != r["decoder_layers"] for r in grid):
+        shapes = sorted({(r["encoder_layers"], r["decoder_layers"]) for r in grid})
+        by_shape = {m: [(shapes.index((r["encoder_layers"], r["decoder_layers"])),
+                         None if r["status"] == DIVERGED else r["test_bleu"]) for r in grid if r["method"] == m]
+                    for m in METHODS}
+        written.append(workdir / "bleu_by_shape.png")
+        plot_vs_depth(by_shape, "Test sacreBLEU by stack shape (line: mean over seeds, dots: seeds; x on the bottom "
+                      "edge: diverged)", "sacreBLEU", written[-1],
+                      shapes={position: f"{n}-{m}" for position, (n, m) in enumerate(shapes)})
 
     for depth in sorted({r["encoder_layers"] for r in plotted}):
         figure, axes = plt.subplots(figsize=(6, 4))
