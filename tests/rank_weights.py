@@ -7,9 +7,12 @@ import sys
 
 import torch
 
-import deepnmt_plugin  # noqa: F401  (registers the plugin and its fairseq shims)
-from fairseq import checkpoint_utils
-from fairseq_cli import train
+# the plugin from the --user-dir the driver passes, as fairseq-train imports it (not an installed copy elsewhere):
+# it registers the plugin and its fairseq shims before training starts
+sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[sys.argv.index("--user-dir") + 1])))
+import deepnmt_plugin  # noqa: E402,F401
+from fairseq import checkpoint_utils  # noqa: E402
+from fairseq_cli import train  # noqa: E402
 
 save_checkpoint = checkpoint_utils.save_checkpoint
 
