@@ -134,10 +134,9 @@ def verdict(status: str, valid_loss: Optional[float], curve: List[List[float]], 
     return STILL_LEARNING if earlier[-1] - last_loss > STILL_FALLING * earlier[-1] else TRAINED
 
 
-def plot_vs_depth(by_method: dict, title: str, ylabel: str, path: Path, shapes: Optional[dict] = None) -> None:
+def plot_vs_depth(by_method: dict, title: str, ylabel: str, path: Path) -> None:
     """One line per method through the mean of its (depth, value) points at each depth, each point a dot where a depth
-    has several (seeds); a value of None (a run that diverged or crashed) is an x on the bottom edge. x is the layers
-    per stack on a log axis, or, with ``shapes`` ({position: "N-M"}), evenly spaced stack shapes."""
+    has several (seeds); a value of None (a run that diverged or crashed) is an x on the bottom edge."""
     plt = pyplot()
 
     figure, axes = plt.subplots(figsize=(6, 4))
@@ -153,12 +152,8 @@ def plot_vs_depth(by_method: dict, title: str, ylabel: str, path: Path, shapes: 
             axes.plot(failed, [0] * len(failed), "x", color=line.get_color(), markersize=10, clip_on=False,
                       transform=axes.get_xaxis_transform())
     depths = sorted({depth for points in by_method.values() for depth, _ in points})
-    if shapes:
-        axes.set(title=title, xlabel="encoder-decoder layers", ylabel=ylabel)
-        axes.set_xticks(depths, [shapes[d] for d in depths])
-    else:
-        axes.set(title=title, xlabel="layers per stack", ylabel=ylabel, xscale="log")
-        axes.set_xticks(depths, [str(d) for d in depths])
+    axes.set(title=title, xlabel="layers per stack", ylabel=ylabel, xscale="log")
+    axes.set_xticks(depths, [str(d) for d in depths])
     axes.minorticks_off()
     axes.legend(fontsize="small", ncol=2)
     figure.savefig(path, dpi=100, bbox_inches="tight")

@@ -390,6 +390,36 @@ def generate_lines(path: Path) -> dict:
     return sentences
 
 
+def plot_by_shape(results: List[dict], path: Path) -> None:
+    """Deep encoders with shallow decoders (N-M) beside the equal stacks up to their encoder depth: per method a group
+    of stack shapes, each the mean over seeds (large marker) and the seeds (dots); x on the bottom edge: diverged."""
+    plt = pyplot()
+    grid = [r for r in results if not r["checkpoint_activations"]]
+    deepest = max(r["encoder_layers"] for r in grid if r["encoder_layers"] != r["decoder_layers"])
+    shapes = sorted({(r["encoder_layers"], r["decoder_layers"]) for r in grid if r["encoder_layers"] <= deepest})
+    methods = [m for m in METHODS if any(r["method"] == m for r in grid)]
+    figure, axes = plt.subplots(figsize=(10, 4))
+    for index, shape in enumerate(shapes):
+        colour, offset = plt.cm.viridis(index / max(1, len(shapes) - 1)), 0.8 * (index + 0.5) / len(shapes) - 0.4
+        marker, label = "o" if shape[0] == shape[1] else "s", f"{shape[0]}-{shape[1]}"
+        for position, method in enumerate(methods):
+            cells = [r for r in grid if r["method"] == method and (r["encoder_layers"], r["decoder_layers"]) == shape]
+            bleus = [r["test_bleu"] for r in cells if r["status"] != DIVERGED]
+            if bleus:
+                axes.plot([position + offset] * len(bleus), bleus, ".", color=colour, alpha=0.6)
+                axes.plot(position + offset, statistics.mean(bleus), marker, color=colour, markersize=7, label=label)
+                label = None  # one legend entry a shape
+            if len(bleus) < len(cells):
+                axes.plot(position + offset, 0, "x", color=colour, markersize=9, clip_on=False,
+                          transform=axes.get_xaxis_transform())
+    axes.set(title="Test sacreBLEU by stack shape", ylabel="sacreBLEU")
+    axes.set_ylim(bottom=0)
+    axes.set_xticks(range(len(methods)), methods)
+    axes.legend(title="encoder-decoder\nlayers", fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    figure.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(figure)
+
+
 def write_plots(results: List[dict], workdir: Path, preset: StudyPreset) -> List[Path]:
     plt = pyplot()
 
@@ -406,17 +436,9 @@ def write_plots(results: List[dict], workdir: Path, preset: StudyPreset) -> List
                   "edge: diverged)", "sacreBLEU", written[0])
     plotted = [r for r in every_seed if r.get("seed", 1) == 1]  # the curves: one line a method
 
-    # deep encoders with shallow decoders beside the equal stacks, each stack shape a step on x
-    grid = [r for r in results if not r["checkpoint_activations"]]
-    if any(r["encoder_layers"] != r["decoder_layers"] for r in grid):
-        shapes = sorted({(r["encoder_layers"], r["decoder_layers"]) for r in grid})
-        by_shape = {m: [(shapes.index((r["encoder_layers"], r["decoder_layers"])),
-                         None if r["status"] == DIVERGED else r["test_bleu"]) for r in grid if r["method"] == m]
-                    for m in METHODS}
+    if any(r["encoder_layers"] != r["decoder_layers"] for r in results if not r["checkpoint_activations"]):
         written.append(workdir / "bleu_by_shape.png")
-        plot_vs_depth(by_shape, "Test sacreBLEU by stack shape (line: mean over seeds, dots: seeds; x on the bottom "
-                      "edge: diverged)", "sacreBLEU", written[-1],
-                      shapes={position: f"{n}-{m}" for position, (n, m) in enumerate(shapes)})
+        plot_by_shape(results, written[-1])
 
     for depth in sorted({r["encoder_layers"] for r in plotted}):
         figure, axes = plt.subplots(figsize=(6, 4))
