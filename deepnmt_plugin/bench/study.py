@@ -391,11 +391,14 @@ def generate_lines(path: Path) -> dict:
 
 
 def plot_by_shape(results: List[dict], path: Path) -> None:
-    """Deep encoders with shallow decoders (N-M) beside the equal stacks up to their encoder depth: per method a group
-    of stack shapes, each the mean over seeds (large marker) and the seeds (dots); x on the bottom edge: diverged."""
+    """Deep encoders with shallow decoders (N-M) beside the equal stacks up to the first as deep as their deepest
+    encoder: per method a group of stack shapes, each the mean over seeds (large marker) and the seeds (dots); x on
+    the bottom edge: diverged."""
     plt = pyplot()
     grid = [r for r in results if not r["checkpoint_activations"]]
     deepest = max(r["encoder_layers"] for r in grid if r["encoder_layers"] != r["decoder_layers"])
+    deepest = min((r["encoder_layers"] for r in grid if r["decoder_layers"] == r["encoder_layers"] >= deepest),
+                  default=deepest)
     shapes = sorted({(r["encoder_layers"], r["decoder_layers"]) for r in grid if r["encoder_layers"] <= deepest})
     methods = [m for m in METHODS if any(r["method"] == m for r in grid)]
     figure, axes = plt.subplots(figsize=(10, 4))
