@@ -310,11 +310,11 @@ def write_csv(results: List[dict], path: Path) -> None:
 
 
 def over_seeds(results: List[dict]) -> dict:
-    """{(method, "N-M"): the grid cells of every seed}, in table order."""
+    """{(method, encoder layers, decoder layers): the grid cells of every seed}, in table order."""
     groups: dict = {}
     for r in results:
         if not r["checkpoint_activations"]:
-            groups.setdefault((r["method"], f"{r['encoder_layers']}-{r['decoder_layers']}"), []).append(r)
+            groups.setdefault((r["method"], r["encoder_layers"], r["decoder_layers"]), []).append(r)
     return groups
 
 
@@ -337,11 +337,11 @@ def write_markdown(results: List[dict], path: Path, title: str) -> None:
         lines += ["", "Over seeds (test sacreBLEU mean ± standard deviation; stalled: at the unigram plateau):", "",
                   "| method | depth | seeds | test sacreBLEU | stalled | ignores the source | diverged |",
                   "|---|---|---|---|---|---|---|"]
-        lines += [f"| {method} | {depth} | {len(group)} | {spread(group)} | "
+        lines += [f"| {method} | {encoder}-{decoder} | {len(group)} | {spread(group)} | "
                   f"{sum(r['verdict'] == STALLED for r in group)}/{len(group)} | "
                   f"{sum(r['verdict'] == IGNORES_SOURCE for r in group)}/{len(group)} | "
                   f"{sum(r['status'] == DIVERGED for r in group)}/{len(group)} |"
-                  for (method, depth), group in over_seeds(results).items()]
+                  for (method, encoder, decoder), group in over_seeds(results).items()]
     if any(r["method"] == "postln" and r["encoder_layers"] == 6 for r in results):
         failure = post_ln_failure_depth(results)
         lines += ["", "Post-LN fails (diverges, or ends below half its 6L-6L BLEU) first at "
@@ -390,23 +390,22 @@ def generate_lines(path: Path) -> dict:
     return sentences
 
 
-def plot_by_shape(results: List[dict], path: Path) -> None:
+def plot_by_shape(groups: dict, path: Path) -> None:
     """Deep encoders with shallow decoders (N-M) beside the equal stacks up to the first as deep as their deepest
     encoder: per method a group of stack shapes, each the mean over seeds (large marker) and the seeds (dots); x on
-    the bottom edge: diverged."""
+    the bottom edge: diverged. groups: over_seeds() of the results."""
     plt = pyplot()
-    grid = [r for r in results if not r["checkpoint_activations"]]
-    deepest = max(r["encoder_layers"] for r in grid if r["encoder_layers"] != r["decoder_layers"])
-    deepest = min((r["encoder_layers"] for r in grid if r["decoder_layers"] == r["encoder_layers"] >= deepest),
-                  default=deepest)
-    shapes = sorted({(r["encoder_layers"], r["decoder_layers"]) for r in grid if r["encoder_layers"] <= deepest})
-    methods = [m for m in METHODS if any(r["method"] == m for r in grid)]
+    deepest_encoder = max(encoder for _, encoder, decoder in groups if encoder != decoder)
+    cut_off = min((encoder for _, encoder, decoder in groups if encoder == decoder >= deepest_encoder),
+                  default=deepest_encoder)
+    shapes = sorted({(encoder, decoder) for _, encoder, decoder in groups if encoder <= cut_off})
+    methods = [m for m in METHODS if any(method == m for method, _, _ in groups)]
     figure, axes = plt.subplots(figsize=(10, 4))
     for index, shape in enumerate(shapes):
         colour, offset = plt.cm.viridis(index / max(1, len(shapes) - 1)), 0.8 * (index + 0.5) / len(shapes) - 0.4
         marker, label = "o" if shape[0] == shape[1] else "s", f"{shape[0]}-{shape[1]}"
         for position, method in enumerate(methods):
-            cells = [r for r in grid if r["method"] == method and (r["encoder_layers"], r["decoder_layers"]) == shape]
+            cells = groups.get((method, *shape), [])
             bleus = [r["test_bleu"] for r in cells if r["status"] != DIVERGED]
             if bleus:
                 axes.plot([position + offset] * len(bleus), bleus, ".", color=colour, alpha=0.6)
@@ -439,9 +438,10 @@ def write_plots(results: List[dict], workdir: Path, preset: StudyPreset) -> List
                   "edge: diverged)", "sacreBLEU", written[0])
     plotted = [r for r in every_seed if r.get("seed", 1) == 1]  # the curves: one line a method
 
-    if any(r["encoder_layers"] != r["decoder_layers"] for r in results if not r["checkpoint_activations"]):
+    groups = over_seeds(results)
+    if any(encoder != decoder for _, encoder, decoder in groups):
         written.append(workdir / "bleu_by_shape.png")
-        plot_by_shape(results, written[-1])
+        plot_by_shape(groups, written[-1])
 
     for depth in sorted({r["encoder_layers"] for r in plotted}):
         figure, axes = plt.subplots(figsize=(6, 4))
