@@ -21,6 +21,7 @@ import shutil
 import struct
 from typing import Optional
 
+import numpy
 import torch
 from fairseq import checkpoint_utils, utils
 from fairseq.data import indexed_dataset
@@ -36,11 +37,18 @@ logger = logging.getLogger(__name__)
 # torch >= 2.6 defaults ``torch.load(weights_only=True)``, whose unpickler refuses every global
 # that is not allowlisted; fairseq 0.12 calls ``torch.load`` without ``weights_only`` and its
 # checkpoints hold ``argparse.Namespace`` (legacy ``args`` and ``cfg.model``), and the state
-# fairseq broadcasts from rank 0 on a distributed resume holds ``_TensorPlaceholder``.
-# We allowlist exactly these instead of turning weights-only loading off for the process.
+# fairseq broadcasts from rank 0 on a distributed resume holds ``_TensorPlaceholder``; a run validated with
+# ``--eval-bleu`` keeps sacreBLEU's n-gram counts in its metrics as numpy arrays (numpy's array constructor, an
+# ndarray and the dtype of numpy's default integer or float). We allowlist exactly these instead of turning
+# weights-only loading off for the process.
 FAIRSEQ_CHECKPOINT_GLOBALS = (
     argparse.Namespace,
     distributed_utils._TensorPlaceholder,
+    numpy.core.multiarray._reconstruct,
+    numpy.ndarray,
+    numpy.dtype,
+    type(numpy.dtype(int)),
+    type(numpy.dtype(float)),
 )
 
 

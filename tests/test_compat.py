@@ -39,6 +39,24 @@ def test_fairseq_checkpoint_needs_only_the_allowlisted_globals(checkpoint):
     assert state["cfg"].model.arch == "transformer_deepnorm_iwslt_de_en"
 
 
+def test_a_run_validated_with_eval_bleu_loads_and_generates(toy_data, tmp_path):
+    """--eval-bleu (the IWSLT reproductions validate with it) keeps sacreBLEU's counts as numpy arrays in the
+    checkpoint's metrics; the checkpoint still loads weights-only, and fairseq-generate translates with it."""
+    fairseq_cli(
+        "fairseq-train", toy_data, "--user-dir", USER_DIR, "--arch", "transformer_preln_iwslt_de_en", "--cpu",
+        *TINY_DIMS, "--encoder-layers", 1, "--decoder-layers", 1, "--optimizer", "adam", "--lr", "1e-3",
+        "--max-tokens", 1500, "--max-update", 2, "--save-dir", tmp_path, "--eval-bleu", "--eval-bleu-args",
+        '{"beam": 1, "max_len_b": 5}', "--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric",
+    )
+    checkpoint = tmp_path / "checkpoint_last.pt"
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))
+    counts = {name: meter.get("val") for _, name, _, meter in state["extra_state"]["metrics"]["valid"]}["_bleu_counts"]
+    assert type(counts).__module__ == "numpy"
+    result = fairseq_cli("fairseq-generate", toy_data, "--user-dir", USER_DIR, "--path", checkpoint, "--cpu",
+                         "--beam", 1, "--max-len-b", 5)
+    assert "H-0\t" in result.stdout
+
+
 def test_weights_only_stays_on(checkpoint):
     """The plugin allowlists globals; it does not switch weights-only loading off."""
     assert torch.load(checkpoint, map_location="cpu")["cfg"]["model"].arch  # Namespace is allowed

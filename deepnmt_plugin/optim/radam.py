@@ -31,6 +31,12 @@ class FairseqRAdam(FairseqOptimizer):
         self._optimizer = torch.optim.RAdam(params, decoupled_weight_decay=True, **self.optimizer_config)
 
     @property
+    def supports_flat_params(self):
+        """RAdam's update is elementwise, so ``--fp16`` may step one flat fp32 copy of all parameters (fairseq's
+        FP16Optimizer refuses an optimizer that does not say so)."""
+        return True
+
+    @property
     def optimizer_config(self):
         betas = self.cfg.adam_betas
         return {
