@@ -335,6 +335,7 @@ def test_study_micro_trains_generates_scores_and_resumes(toy_data, tmp_path, cap
                  "--workdir", str(workdir), "--cpu", "--jobs", "2"]
     assert depth.main(arguments) == 0
     printed = capsys.readouterr().out
+    assert "    preln_1L-1L: valid loss " in printed  # progress, read from the log the trainer writes
     assert ("the corpus: its text unknown (no data-prep output beside the data-bin), its unigram plateau at "
             "validation loss ") in printed
     assert study_cell(workdir, "preln_1L-1L")["corpus"] is None

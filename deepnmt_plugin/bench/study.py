@@ -176,19 +176,32 @@ def corpus_record(data: str, data_bin: str) -> Optional[dict]:
 
 
 def run_measured(command: List[str], log_path: Path, environment: dict, label: str) -> tuple:
-    """(exit status, seconds, peak RSS in KiB) of ``command``, its output appended to ``log_path``; a progress line
-    every PROGRESS_EVERY updates and at validation, so a long cell shows where it is."""
+    """(exit status, seconds, peak RSS in KiB) of ``command``, its output appended to ``log_path`` by the trainer
+    itself, so a driver killed mid-cell loses none of its lines (through a pipe, the lines the driver had not yet
+    copied died with it, and the log could end before the checkpoint). The driver follows the file for a progress
+    line every PROGRESS_EVERY updates and at validation, so a long cell shows where it is."""
     started = time.time()
-    with open(log_path, "a") as log, owned_process(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                                   env=environment, text=True) as process:
-        for line in process.stdout:
-            log.write(line)
-            log.flush()
-            progress = PROGRESS_LINE.search(line)
-            if progress and (progress.group("kind") == "valid" or int(progress.group("update")) % PROGRESS_EVERY == 0):
-                say(f"    {label}: {progress.group('kind')} loss {progress.group('loss')} at update {progress.group('update')}")
-        _, status, usage = os.wait4(process.pid, 0)  # the rusage of this child alone, whatever runs beside it
-    return os.waitstatus_to_exitcode(status), time.time() - started, usage.ru_maxrss  # Linux: KiB
+    with open(log_path, "a") as log, open(log_path, errors="replace") as follow:
+        follow.seek(0, os.SEEK_END)
+        with owned_process(command, stdout=log, stderr=subprocess.STDOUT, env=environment) as process:
+            partial = ""
+            while True:
+                pid, status, usage = os.wait4(process.pid, os.WNOHANG)  # this child's own rusage once it ends
+                partial += follow.read()
+                *lines, partial = partial.split("\n")
+                for line in lines:
+                    say_progress(line, label)
+                if pid:
+                    process.returncode = os.waitstatus_to_exitcode(status)
+                    break
+                time.sleep(0.5)
+    return process.returncode, time.time() - started, usage.ru_maxrss  # Linux: KiB
+
+
+def say_progress(line: str, label: str) -> None:
+    progress = PROGRESS_LINE.search(line)
+    if progress and (progress.group("kind") == "valid" or int(progress.group("update")) % PROGRESS_EVERY == 0):
+        say(f"    {label}: {progress.group('kind')} loss {progress.group('loss')} at update {progress.group('update')}")
 
 
 def seconds_per_update(log: str) -> Optional[float]:
