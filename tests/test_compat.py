@@ -40,7 +40,7 @@ def test_fairseq_checkpoint_needs_only_the_allowlisted_globals(checkpoint):
 
 
 def test_a_run_validated_with_eval_bleu_loads_and_generates(toy_data, tmp_path):
-    """--eval-bleu (the IWSLT reproductions validate with it) keeps sacreBLEU's counts as numpy arrays in the
+    """--eval-bleu (ResiDual's IWSLT reproduction validates with it) keeps sacreBLEU's counts as numpy arrays in the
     checkpoint's metrics; the checkpoint still loads weights-only, and fairseq-generate translates with it."""
     fairseq_cli(
         "fairseq-train", toy_data, "--user-dir", USER_DIR, "--arch", "transformer_preln_iwslt_de_en", "--cpu",
