@@ -449,6 +449,39 @@ def test_study_seeds_and_unequal_stacks(toy_data, tmp_path, capsys, monkeypatch)
     assert (workdir / "bleu_by_shape.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
+def test_a_cell_records_the_environment_it_started_training_under(toy_data, tmp_path, monkeypatch):
+    """The record names the environment read as training starts (a commit made while a cell trains is not its);
+    train.json keeps the seconds and peak RSS so far while it trains (a killed driver loses at most MEASURE_EVERY
+    seconds of them), and a resume under another environment is named beside the first."""
+    from deepnmt_plugin.bench import study
+
+    monkeypatch.chdir(REPO)
+    readings = iter(range(1, 10))
+    monkeypatch.setattr(study, "provenance", lambda cpu, threads: {"commit": f"commit-{next(readings)}"})
+    monkeypatch.setattr(study, "MEASURE_EVERY", 0)
+    measured = []
+    monkeypatch.setattr(study, "peak_rss_kib", lambda pid: measured.append(pid) or 1)
+    workdir = tmp_path / "study"
+    arguments = ["--data", str(toy_data), "--preset", "study-micro", "--methods", "preln", "--depths", "1",
+                 "--workdir", str(workdir), "--cpu"]
+    assert depth.main(arguments) == 0
+    cell = workdir / "preln_1L-1L"
+    first = study_cell(workdir, cell.name)
+    assert first["environment"] == {"commit": "commit-1"} and "resumed_under" not in first
+    kept = json.loads((cell / "train.json").read_text())
+    assert measured and kept["returncode"] == 0 and kept["environments"] == [{"commit": "commit-1"}]
+    assert first["seconds"] == round(kept["seconds"]) and kept["seconds"] > 0 and kept["rss_kib"] > 1
+
+    # what a driver killed mid-training leaves: train.json as last measured, no record; the rerun resumes
+    (cell / "train.json").write_text(json.dumps({**kept, "returncode": None}))
+    (cell / "result.json").unlink()
+    assert depth.main(arguments) == 0
+    resumed = study_cell(workdir, cell.name)
+    assert resumed["environment"] == {"commit": "commit-1"} and resumed["resumed_under"] == [{"commit": "commit-2"}]
+    assert resumed["seconds"] >= first["seconds"] and resumed["test_bleu"] == first["test_bleu"]
+
+
 def test_a_study_on_a_data_prep_output_records_its_corpus_checksum(tmp_path):
     from deepnmt_plugin.bench import study
     from deepnmt_plugin.data import l10n

@@ -119,6 +119,9 @@ def test_a_killed_study_takes_its_trainer_along_and_a_second_study_skips_the_bus
     killed_log = (cell / "train.log").read_text()
     saved = checkpoint_utils.load_checkpoint_to_cpu(str(cell / "checkpoints" / "checkpoint_last.pt"))
     stopped_at = saved["optimizer_history"][-1]["num_updates"]
+    started_under = json.loads((cell / "train.json").read_text())  # written as training started, before the kill
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    assert started_under["returncode"] is None and started_under["environments"][0]["commit"] == head
 
     rerun = run_driver(*arguments, "--max-update", stopped_at + 6)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
@@ -126,7 +129,8 @@ def test_a_killed_study_takes_its_trainer_along_and_a_second_study_skips_the_bus
     assert [int(update) for update in LOADED.findall(resumed)] == [stopped_at]
     updates = logged_updates(killed_log) + logged_updates(resumed)
     assert sorted(set(updates)) == list(range(2, stopped_at + 7, 2))  # no gap
-    assert json.loads((cell / "result.json").read_text())["updates"] == stopped_at + 6
+    record = json.loads((cell / "result.json").read_text())
+    assert record["updates"] == stopped_at + 6 and record["environment"] == started_under["environments"][0]
 
 
 def test_the_lock_dies_with_its_driver(toy_data, tmp_path, no_process_left):

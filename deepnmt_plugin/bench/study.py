@@ -40,6 +40,7 @@ from deepnmt_plugin.bench.runs import (FAILED, FINISHED, IGNORES_SOURCE, LABEL_S
                                        VERDICT_RULES, CellBusy, cell_lock, classify, final_valid_loss, method_style,
                                        plot_vs_depth, say, unfinished, unigram_plateau, update_norm_curve,
                                        valid_loss_curve, verdict)
+from deepnmt_plugin.compat import atomic_write
 from deepnmt_plugin.processes import children_stop_with_driver, owned_process, run_owned
 from deepnmt_plugin.provenance import provenance, recorded_command
 from deepnmt_plugin.reproduce import DIVERGED, USER_DIR, diverged_log
@@ -47,6 +48,7 @@ from deepnmt_plugin.reproduce import DIVERGED, USER_DIR, diverged_log
 RESULT_COLUMNS = ["method", "encoder_layers", "decoder_layers", "seed", "updates", "valid_loss", "test_bleu", "diverged",
                   "peak_rss_gib", "verdict"]
 PROGRESS_EVERY = 100
+MEASURE_EVERY = 30  # seconds
 SAMPLES = 6  # test sentences kept per cell (result.json) and shown in samples.md
 PROGRESS_LINE = re.compile(r"\| (?P<kind>train_inner|valid) \|.*?loss[= ](?P<loss>[^,\s|]+).*?num_updates[= ](?P<update>\d+)")
 # Every recipe warms up in its authors' training settings but T-Fixup and Pre-LN, proposed to need no warmup
@@ -175,12 +177,14 @@ def corpus_record(data: str, data_bin: str) -> Optional[dict]:
     return None
 
 
-def run_measured(command: List[str], log_path: Path, environment: dict, label: str) -> tuple:
+def run_measured(command: List[str], log_path: Path, environment: dict, label: str, measured) -> tuple:
     """(exit status, seconds, peak RSS in KiB) of ``command``, its output appended to ``log_path`` by the trainer
     itself, so a driver killed mid-cell loses none of its lines (through a pipe, the lines the driver had not yet
     copied died with it, and the log could end before the checkpoint). The driver follows the file for a progress
-    line every PROGRESS_EVERY updates and at validation, so a long cell shows where it is."""
-    started = time.time()
+    line every PROGRESS_EVERY updates and at validation, so a long cell shows where it is, and hands
+    ``measured(seconds, peak RSS in KiB)`` the measurements so far every MEASURE_EVERY seconds, so a driver killed
+    mid-cell loses at most that much of them."""
+    started = last_measured = time.time()
     with open(log_path, "a") as log, open(log_path, errors="replace") as follow:
         follow.seek(0, os.SEEK_END)
         with owned_process(command, stdout=log, stderr=subprocess.STDOUT, env=environment) as process:
@@ -194,8 +198,20 @@ def run_measured(command: List[str], log_path: Path, environment: dict, label: s
                 if pid:
                     process.returncode = os.waitstatus_to_exitcode(status)
                     break
+                if time.time() - last_measured >= MEASURE_EVERY:
+                    last_measured = time.time()
+                    measured(last_measured - started, peak_rss_kib(process.pid))
                 time.sleep(0.5)
     return process.returncode, time.time() - started, usage.ru_maxrss  # Linux: KiB
+
+
+def peak_rss_kib(pid: int) -> int:
+    """The process's peak resident set so far (VmHWM, what ``ru_maxrss`` reports once it ends); 0 where /proc does
+    not say."""
+    try:
+        return int(re.search(r"^VmHWM:\s*(\d+) kB", Path(f"/proc/{pid}/status").read_text(), re.M).group(1))
+    except (OSError, AttributeError):
+        return 0
 
 
 def say_progress(line: str, label: str) -> None:
@@ -228,16 +244,27 @@ def run_cell(args, cell: Cell, preset: StudyPreset, threads: Optional[int]) -> d
             return {**kept, **cell_verdict(kept, args.unigram_plateau)}
         save_dir, log_path, progress_path = directory / "checkpoints", directory / "train.log", directory / "train.json"
         environment = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
-        # what earlier, interrupted invocations measured: the segments' seconds add up, the peak RSS is their max
+        # what earlier, interrupted invocations measured: the segments' seconds add up, the peak RSS is their max, and
+        # the environments they trained under (the first, and any other a resume brought) are the record's
         progress = json.loads(progress_path.read_text()) if progress_path.exists() else {"seconds": 0.0, "rss_kib": 0}
         log = log_path.read_text() if log_path.exists() else ""
         command = train_command(args.data_bin, cell, preset, save_dir, cpu=args.cpu)
         if progress.get("returncode") != 0 and not diverged_log(log):  # not finished: train, or resume
             (directory / "train_command.txt").write_text(recorded_command(command) + "\n")  # the cell's exact fairseq-train
-            returncode, seconds, rss_kib = run_measured(command, log_path, environment, cell.name)
-            progress = {"seconds": progress["seconds"] + seconds, "rss_kib": max(progress["rss_kib"], rss_kib),
+            trained_under = progress.get("environments", [])
+            now = provenance(args.cpu, threads)  # read as training starts: a commit made while it trains is not its
+            before = {**progress, "environments": trained_under + [now] if now not in trained_under else trained_under}
+
+            def keep(seconds: float, rss_kib: int, returncode: Optional[int] = None) -> dict:
+                kept = {**before, "seconds": before["seconds"] + seconds, "rss_kib": max(before["rss_kib"], rss_kib),
                         "returncode": returncode}
-            progress_path.write_text(json.dumps(progress))
+                with atomic_write(progress_path) as partial:  # a kill mid-write leaves the last whole measurement
+                    Path(partial).write_text(json.dumps(kept))
+                return kept
+
+            keep(0.0, 0)
+            returncode, seconds, rss_kib = run_measured(command, log_path, environment, cell.name, keep)
+            progress = keep(seconds, rss_kib, returncode)
             log = log_path.read_text()
         status = classify(log, progress["returncode"])
         scores = samples = None
@@ -260,7 +287,10 @@ def run_cell(args, cell: Cell, preset: StudyPreset, threads: Optional[int]) -> d
             # the record alone redraws every plot and table: the log and the generate output need not be kept
             "valid_loss_curve": valid_loss_curve(log), "samples": samples, "log": str(log_path),
             "command": recorded_command(command),
-            "environment": provenance(args.cpu, threads), "corpus": args.corpus,
+            # a cell trained before the driver kept its environment in train.json: the one it is recorded in
+            "environment": progress["environments"][0] if "environments" in progress else provenance(args.cpu, threads),
+            "corpus": args.corpus,
+            **({"resumed_under": progress["environments"][1:]} if len(progress.get("environments", [])) > 1 else {}),
         }
         result.update(cell_verdict(result, args.unigram_plateau))
         if status != FAILED:  # a crash (out of memory, a bad flag) is retried by the next invocation, from its checkpoint
