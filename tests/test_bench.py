@@ -41,6 +41,10 @@ def test_parse_curve_and_losses():
     assert runs.final_valid_loss(text) == 4.875
     assert runs.valid_loss_curve(text + "\n" + VALID.format(loss=4.5).replace("num_updates 4", "num_updates 8")) == [
         [4, 4.875], [8, 4.5]]
+    # killed after update 6, resumed from the checkpoint at update 2: the resumed trainer's values, once each
+    resumed = text + "\n" + "\n".join(TRAIN_INNER.format(n=n, loss=5.0, norm=norm) for n, norm in ((4, 2.5), (6, 2.0)))
+    assert runs.update_norm_curve(resumed) == [[2, 1.5], [4, 2.5], [6, 2.0]]
+    assert runs.valid_loss_curve(text + "\n" + VALID.format(loss=4.5)) == [[4, 4.5]]
 
 
 def test_unigram_plateau_is_fairseqs_loss_of_the_best_model_that_ignores_the_source(toy_data):

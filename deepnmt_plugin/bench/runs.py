@@ -61,13 +61,14 @@ def method_style(method: str) -> dict:
 
 
 def update_norm_curve(log: str) -> List[List[float]]:
-    """[[update, update_norm], ...] from the train_inner lines."""
-    curve = []
+    """[[update, update_norm], ...] from the train_inner lines, one per update: a resumed trainer retrains the updates
+    after its checkpoint, and its values, not the killed one's, are the ones the model carries."""
+    curve = {}
     for line in log.splitlines():
         if "| train_inner |" in line and "update_norm=" in line:
             update = re.search(r"num_updates=(\d+)", line).group(1)
-            curve.append([int(update), float(re.search(r"update_norm=([^,\s]+)", line).group(1))])
-    return curve
+            curve[int(update)] = float(re.search(r"update_norm=([^,\s]+)", line).group(1))
+    return [[update, norm] for update, norm in sorted(curve.items())]
 
 
 def final_valid_loss(log: str) -> Optional[float]:
@@ -76,9 +77,11 @@ def final_valid_loss(log: str) -> Optional[float]:
 
 
 def valid_loss_curve(log: str) -> List[List[float]]:
-    """[[update, validation loss], ...] from fairseq's valid lines, one per validation."""
-    return [[int(update), float(loss)]
-            for loss, update in re.findall(r"\| valid \|.*?\| loss (\S+) \|.*?\| num_updates (\d+)", log)]
+    """[[update, validation loss], ...] from fairseq's valid lines, one per validated update (the resumed trainer's
+    where a killed one validated it too)."""
+    curve = {int(update): float(loss)
+             for loss, update in re.findall(r"\| valid \|.*?\| loss (\S+) \|.*?\| num_updates (\d+)", log)}
+    return [[update, loss] for update, loss in sorted(curve.items())]
 
 
 def classify(log: str, returncode: int) -> str:
