@@ -60,15 +60,17 @@ def method_style(method: str) -> dict:
     return {"color": f"C{index}" if index < 10 else "black", "linestyle": "-" if method in FOUNDING else "--"}
 
 
+def one_point_per_update(points) -> List[List[float]]:
+    """[[update, value], ...] in update order, the last value logged for each update: a resumed trainer retrains the
+    updates after its checkpoint, and its values, not the killed one's, are the ones the model carries."""
+    return [[update, value] for update, value in sorted(dict(points).items())]
+
+
 def update_norm_curve(log: str) -> List[List[float]]:
-    """[[update, update_norm], ...] from the train_inner lines, one per update: a resumed trainer retrains the updates
-    after its checkpoint, and its values, not the killed one's, are the ones the model carries."""
-    curve = {}
-    for line in log.splitlines():
-        if "| train_inner |" in line and "update_norm=" in line:
-            update = re.search(r"num_updates=(\d+)", line).group(1)
-            curve[int(update)] = float(re.search(r"update_norm=([^,\s]+)", line).group(1))
-    return [[update, norm] for update, norm in sorted(curve.items())]
+    """[[update, update_norm], ...] from the train_inner lines, one per update."""
+    return one_point_per_update((int(re.search(r"num_updates=(\d+)", line).group(1)),
+                                 float(re.search(r"update_norm=([^,\s]+)", line).group(1)))
+                                for line in log.splitlines() if "| train_inner |" in line and "update_norm=" in line)
 
 
 def final_valid_loss(log: str) -> Optional[float]:
@@ -77,11 +79,9 @@ def final_valid_loss(log: str) -> Optional[float]:
 
 
 def valid_loss_curve(log: str) -> List[List[float]]:
-    """[[update, validation loss], ...] from fairseq's valid lines, one per validated update (the resumed trainer's
-    where a killed one validated it too)."""
-    curve = {int(update): float(loss)
-             for loss, update in re.findall(r"\| valid \|.*?\| loss (\S+) \|.*?\| num_updates (\d+)", log)}
-    return [[update, loss] for update, loss in sorted(curve.items())]
+    """[[update, validation loss], ...] from fairseq's valid lines, one per validated update."""
+    return one_point_per_update((int(update), float(loss)) for loss, update
+                                in re.findall(r"\| valid \|.*?\| loss (\S+) \|.*?\| num_updates (\d+)", log))
 
 
 def classify(log: str, returncode: int) -> str:

@@ -287,7 +287,7 @@ def run_cell(args, cell: Cell, preset: StudyPreset, threads: Optional[int]) -> d
             # the record alone redraws every plot and table: the log and the generate output need not be kept
             "valid_loss_curve": valid_loss_curve(log), "samples": samples, "log": str(log_path),
             "command": recorded_command(command),
-            # a cell trained before the driver kept its environment in train.json: the one it is recorded in
+            # train.json without environments: training ended before the driver kept them there; the one read now
             "environment": progress["environments"][0] if "environments" in progress else provenance(args.cpu, threads),
             "corpus": args.corpus,
             **({"resumed_under": progress["environments"][1:]} if len(progress.get("environments", [])) > 1 else {}),
