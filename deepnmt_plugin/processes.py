@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import List
+from typing import Callable, List
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>: the signal a process gets when the thread that started it ends
 LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
@@ -75,7 +75,13 @@ def children_stop_with_driver():
         raise
 
 
-def stop_on_ctrl_c() -> None:
-    """Ctrl-C raises KeyboardInterrupt in the driver, which then kills its children, even where it was started with
-    SIGINT ignored (a shell's background job; Python then keeps it ignored, and the driver would never stop)."""
+def stop_on_ctrl_c(main: Callable[[], int]) -> int:
+    """Runs a driver's ``main``: Ctrl-C raises KeyboardInterrupt in it, which kills its children, even where it was
+    started with SIGINT ignored (a shell's background job; Python then keeps it ignored, and the driver would never
+    stop). The driver then ends with one line instead of a traceback, and the shell's status for SIGINT."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return main()
+    except KeyboardInterrupt:
+        print("deepnmt: stopped by Ctrl-C; the same command resumes where it stopped", file=sys.stderr, flush=True)
+        return 128 + signal.SIGINT

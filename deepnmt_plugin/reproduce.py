@@ -447,7 +447,6 @@ def parse_arguments(argv=None):
 
 
 def main(argv=None) -> int:
-    stop_on_ctrl_c()
     args = parse_arguments(argv)
     config = load_config(args.config)
     # absolute, so each fairseq command and message names the folder meant, taken from where this was called
@@ -459,4 +458,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(stop_on_ctrl_c(main))

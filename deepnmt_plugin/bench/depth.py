@@ -227,7 +227,6 @@ def parse_arguments(argv=None):
 
 
 def main(argv=None) -> int:
-    stop_on_ctrl_c()
     args = parse_arguments(argv)
     if args.preset.startswith("study"):
         return run_study(args)
@@ -347,4 +346,4 @@ def cuda_available() -> bool:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(stop_on_ctrl_c(main))
