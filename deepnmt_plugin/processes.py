@@ -19,6 +19,11 @@ _children: set = set()  # the children running now, of every worker thread
 _stopping = threading.Event()
 
 
+class DriverStopping(Exception):
+    """A child ended because the driver is stopping (Ctrl-C or an error) and killed it: the worker thread that waited
+    on it has no outcome to report (a killed trainer is no crash), and the driver ends on its own exception."""
+
+
 def _die_with(parent: int):
     """What the child runs between fork and exec: SIGKILL when its parent dies; if that happened already, exit now."""
     def preexec():
@@ -31,7 +36,8 @@ def _die_with(parent: int):
 @contextlib.contextmanager
 def owned_process(command: List[str], **popen_arguments):
     """``command`` started as the driver's own (module docstring): in a process group of its own, with the DataLoader
-    workers it forks; killed when the ``with`` block is left by an exception, or by ``children_stop_with_driver``."""
+    workers it forks; killed when the ``with`` block is left by an exception, or by ``children_stop_with_driver``, after
+    which the block's end raises DriverStopping."""
     with _children_lock:
         if _stopping.is_set():
             raise RuntimeError("the driver is stopping: no new process")
@@ -47,6 +53,8 @@ def owned_process(command: List[str], **popen_arguments):
     finally:
         with _children_lock:
             _children.discard(process)
+    if _stopping.is_set():
+        raise DriverStopping(f"the driver is stopping: {command[0]} killed")
 
 
 def run_owned(command: List[str], check: bool = False, **popen_arguments) -> int:

@@ -90,6 +90,7 @@ def test_a_killed_sweep_takes_its_trainer_along_and_its_rerun_trains_alone(stop,
     if stop == signal.SIGINT:  # one line, not a traceback
         output = (tmp_path / "driver.out").read_text()
         assert "Traceback" not in output and driver.returncode == 130, output[-3000:]
+        assert "crashed" not in output, output[-3000:]  # the trainer it killed is no crash
         assert last_line(output) == "deepnmt: stopped by Ctrl-C; the same command resumes where it stopped"
     wait_for(lambda: not processes_naming(str(workdir)), 30, "end of the trainer and its data workers")
     assert not (workdir / "postln_2L" / "result.json").exists()
