@@ -20,8 +20,8 @@ _stopping = threading.Event()
 
 
 class DriverStopping(Exception):
-    """A child ended because the driver is stopping (Ctrl-C or an error) and killed it: the worker thread that waited
-    on it has no outcome to report (a killed trainer is no crash), and the driver ends on its own exception."""
+    """The driver is stopping (Ctrl-C or an error): a worker thread starts no child, and one whose child the driver
+    killed has no outcome to report (a killed trainer is no crash); the driver ends on its own exception."""
 
 
 def _die_with(parent: int):
@@ -37,10 +37,10 @@ def _die_with(parent: int):
 def owned_process(command: List[str], **popen_arguments):
     """``command`` started as the driver's own (module docstring): in a process group of its own, with the DataLoader
     workers it forks; killed when the ``with`` block is left by an exception, or by ``children_stop_with_driver``, after
-    which the block's end raises DriverStopping."""
+    which the block's end raises DriverStopping, as does a start while the driver is stopping."""
     with _children_lock:
         if _stopping.is_set():
-            raise RuntimeError("the driver is stopping: no new process")
+            raise DriverStopping("the driver is stopping: no new process")
         process = subprocess.Popen(command, start_new_session=True,
                                    preexec_fn=_die_with(os.getpid()) if LIBC else None, **popen_arguments)
         _children.add(process)
