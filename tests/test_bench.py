@@ -485,6 +485,18 @@ def test_a_cell_records_the_environment_it_started_training_under(toy_data, tmp_
     assert resumed["environment"] == {"commit": "commit-1"} and resumed["resumed_under"] == [{"commit": "commit-2"}]
     assert resumed["seconds"] >= first["seconds"] and resumed["test_bleu"] == first["test_bleu"]
 
+    # a start stopped before its first checkpoint: the next trains from scratch, and its record is that start's alone
+    (cell / "train.json").write_text(json.dumps({**kept, "seconds": 1e6, "returncode": None}))
+    (cell / "result.json").unlink()
+    shutil.rmtree(cell / "checkpoints")
+    log = (cell / "train.log").read_text()
+    assert depth.main(arguments) == 0
+    restarted = study_cell(workdir, cell.name)
+    assert restarted["environment"] == {"commit": "commit-3"} and "resumed_under" not in restarted
+    starts = "| fairseq_cli.train | task: "  # one line per fairseq-train start
+    assert log.count(starts) == 2 and (cell / "train.log").read_text().count(starts) == 1 and restarted["seconds"] < 1e6
+    assert restarted["update_norm"] == first["update_norm"] and restarted["test_bleu"] == first["test_bleu"]
+
 
 def test_a_study_on_a_data_prep_output_records_its_corpus_checksum(tmp_path):
     from deepnmt_plugin.bench import study

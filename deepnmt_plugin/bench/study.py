@@ -250,6 +250,9 @@ def run_cell(args, cell: Cell, preset: StudyPreset, threads: Optional[int]) -> d
         log = log_path.read_text() if log_path.exists() else ""
         command = train_command(args.data_bin, cell, preset, save_dir, cpu=args.cpu)
         if progress.get("returncode") != 0 and not diverged_log(log):  # not finished: train, or resume
+            if not (save_dir / "checkpoint_last.pt").exists():  # a start stopped before its first checkpoint left
+                progress, log = {"seconds": 0.0, "rss_kib": 0}, ""  # nothing to resume: this start's record is its own
+                log_path.write_text("")
             (directory / "train_command.txt").write_text(recorded_command(command) + "\n")  # the cell's exact fairseq-train
             trained_under = progress.get("environments", [])
             now = provenance(args.cpu, threads)  # read as training starts: a commit made while it trains is not its
