@@ -498,6 +498,20 @@ def test_a_cell_records_the_environment_it_started_training_under(toy_data, tmp_
     assert restarted["update_norm"] == first["update_norm"] and restarted["test_bleu"] == first["test_bleu"]
 
 
+def test_the_depth_plots_draw_a_checkpointed_cell_only_where_no_plain_cell_of_its_shape_is():
+    """The 100L twin (50 updates, for memory and time) stays out of DeepNorm's 100L mean; the 500L cells are drawn."""
+    from deepnmt_plugin.bench import study
+
+    def cell(method, layers, checkpointed=False, seed=1, decoder=None):
+        return {"method": method, "encoder_layers": layers, "decoder_layers": decoder or layers,
+                "checkpoint_activations": checkpointed, "seed": seed}
+
+    plain, twin, deep, other_seed = cell("deepnorm", 100), cell("deepnorm", 100, True), cell("deepnorm", 500, True), \
+        cell("deepnorm", 100, True, seed=2)
+    assert study.depth_curve_cells([plain, twin, deep, other_seed, cell("preln", 50, decoder=6)]) == [
+        plain, deep, other_seed]
+
+
 def test_a_study_on_a_data_prep_output_records_its_corpus_checksum(tmp_path):
     from deepnmt_plugin.bench import study
     from deepnmt_plugin.data import l10n

@@ -158,7 +158,7 @@ def plot_vs_depth(by_method: dict, title: str, ylabel: str, path: Path) -> None:
     axes.set(title=title, xlabel="layers per stack", ylabel=ylabel, xscale="log")
     axes.set_xticks(depths, [str(d) for d in depths])
     axes.minorticks_off()
-    axes.legend(fontsize="small", ncol=2)
+    axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the axes: no line hidden
     figure.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(figure)
 
