@@ -12,9 +12,9 @@ from pathlib import Path
 STEPS = ("train", "average", "generate", "score")
 
 
-def last_train_stats(train_log):
+def last_train_stats(train_log: str):
     """The last 'train' summary fairseq logged for the epoch: loss, loss scale, train_wall."""
-    summaries = [line for line in train_log.read_text().splitlines() if "| train |" in line]
+    summaries = [line for line in train_log.splitlines() if "| train |" in line]
     if not summaries:
         return {}
     fields = dict(re.findall(r"\| (\w+) ([0-9.e+-]+)", summaries[-1]))
@@ -22,10 +22,11 @@ def last_train_stats(train_log):
             "train_wall_s": fields.get("train_wall")}
 
 
-def step_reached(run, step):
-    logged = (run / "average.log").read_text() if (run / "average.log").exists() else ""
-    return {"train": (run / "train.done").exists(), "average": logged.startswith("averaged ") or "\naveraged " in logged,
-            "generate": (run / "generate.done").exists(), "score": (run / "scores.json").exists()}[step]
+def steps_reached(run):
+    """Whether each of STEPS finished: its marker, the averaging's log line or the scores it wrote."""
+    averaged = (run / "average.log").exists() and any(
+        line.startswith("averaged ") for line in (run / "average.log").read_text().splitlines())
+    return [(run / "train.done").exists(), averaged, (run / "generate.done").exists(), (run / "scores.json").exists()]
 
 
 def main(workdir):
@@ -41,14 +42,14 @@ def main(workdir):
         for runs_csv in sorted((workdir / f"{table}_{method}").glob("*/runs.csv")):
             for row in csv.DictReader(runs_csv.open()):
                 run = next(runs_csv.parent.glob(f"{row['method']}_*_seed{row['seed']}"))
-                log = run / "train.log"
-                hypotheses = [line.split("\t")[2] for line in (run / "generate.txt").read_text().splitlines()
-                              if line.startswith("H-")] if (run / "generate.txt").exists() else []
-                stats = last_train_stats(log)
-                writer.writerow([table, method, row["depth"], *(int(step_reached(run, s)) for s in STEPS),
-                                 log.read_text().count("gradient overflow"), stats.get("loss_scale"),
-                                 stats.get("train_loss"), stats.get("train_wall_s"), len(set(hypotheses)),
-                                 len(hypotheses), row["bleu"], *seconds[(table, method)]])
+                train_log = (run / "train.log").read_text()
+                stats = last_train_stats(train_log)
+                # deepnmt_plugin.scoring counts the hypotheses it scored
+                scores = json.loads((run / "scores.json").read_text()) if (run / "scores.json").exists() else {}
+                writer.writerow([table, method, row["depth"], *map(int, steps_reached(run)),
+                                 train_log.count("gradient overflow"), stats.get("loss_scale"), stats.get("train_loss"),
+                                 stats.get("train_wall_s"), scores.get("distinct_hypotheses"), scores.get("sentences"),
+                                 row["bleu"], *seconds[(table, method)]])
 
 
 if __name__ == "__main__":
