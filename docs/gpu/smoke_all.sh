@@ -16,43 +16,23 @@ smoke_one() {  # TABLE DATA METHOD DEPTH
 }
 export -f smoke_one
 export repo work precision
-# The deepest depth of every table, the longest jobs first; the En-Fr table on its own data.
-xargs -P "$parallel" -L 1 bash -c 'smoke_one "$@"' _ <<EOF
-deepnet_wmt17_en_de $de_en postln 100
-deepnet_wmt17_en_de $de_en admin 100
-deepnet_wmt17_en_de $de_en tfixup 100
-deepnet_wmt17_en_de $de_en preln 100
-deepnet_wmt17_en_de $de_en deepnorm 100
-deepnet_iwslt14_de_en $de_en postln 100
-deepnet_iwslt14_de_en $de_en preln 100
-deepnet_iwslt14_de_en $de_en deepnorm 100
-admin_wmt14_en_fr $en_fr postln 60-12
-admin_wmt14_en_fr $en_fr preln 60-12
-admin_wmt14_en_fr $en_fr admin 60-12
-dlcl_wmt16_en_de $de_en dlcl 30-6
-dlcl_wmt16_en_de $de_en dlcl_postnorm 25-6
-dlcl_wmt16_en_de $de_en preln 20-6
-dlcl_wmt16_en_de $de_en postln 6
-tfixup_wmt14_en_de $de_en tfixup 30
-tfixup_wmt17_en_de $de_en tfixup 30
-tfixup_wmt17_en_de $de_en tfixup_big 6
-admin_wmt14_en_de $de_en postln 18
-admin_wmt14_en_de $de_en preln 18
-admin_wmt14_en_de $de_en admin 18
-b2t_wmt16_en_de $de_en preln 18
-b2t_wmt16_en_de $de_en b2t 18
-resi_dual_iwslt14_de_en $de_en postln 12
-resi_dual_iwslt14_de_en $de_en preln 12
-resi_dual_iwslt14_de_en $de_en resi_dual 12
-resi_dual_wmt14_en_de $de_en postln 12
-resi_dual_wmt14_en_de $de_en preln 12
-resi_dual_wmt14_en_de $de_en resi_dual 12
-admin_iwslt14_de_en $de_en postln 6
-admin_iwslt14_de_en $de_en preln 6
-admin_iwslt14_de_en $de_en admin 6
-preln_iwslt14_de_en $de_en postln 6
-preln_iwslt14_de_en $de_en preln 6
-subln_wmt17_en_de $de_en preln 6
-subln_wmt17_en_de $de_en subln 6
-tfixup_iwslt14_de_en $de_en tfixup 6
-EOF
+# Every table's methods at their deepest depth (a method's `method_depths` where the config gives them), read from
+# configs/, the longest jobs first; a table into French on the En-Fr data.
+jobs=$(cd "$repo" && python - "$de_en" "$en_fr" <<'PY'
+import sys
+from pathlib import Path
+
+from deepnmt_plugin.reproduce import load_config, parse_depth
+
+de_en, en_fr = sys.argv[1:]
+jobs = []
+for path in sorted(Path("configs").glob("*.yaml")):
+    config = load_config(str(path))
+    for method in config["methods"]:
+        depth = max(config.get("method_depths", {}).get(method, config["depths"]), key=lambda d: sum(parse_depth(d)))
+        data = en_fr if config["target_lang"] == "fr" else de_en
+        jobs.append((sum(parse_depth(depth)), f"{path.stem} {data} {method} {depth}"))
+print("\n".join(job for _, job in sorted(jobs, key=lambda job: -job[0])))
+PY
+) || exit 1
+xargs -P "$parallel" -L 1 bash -c 'smoke_one "$@"' _ <<< "$jobs"
