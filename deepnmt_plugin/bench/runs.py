@@ -34,8 +34,13 @@ METHODS = {  # method -> arch; the benchmarks' dims override every size the arch
     "dlcl": "transformer_dlcl",
     "rezero": "transformer_rezero",
     "dsinit": "transformer_dsinit",
+    "periln": "transformer_periln",
+    "mixln": "transformer_mixln",
+    "lns": "transformer_lns",
+    "dyt": "transformer_dyt",
 }
-FOUNDING = ("postln", "preln", "admin", "deepnorm", "tfixup")  # solid lines in the plots; the later recipes dashed
+FOUNDING = ("postln", "preln", "admin", "deepnorm", "tfixup")  # solid lines in the plots
+RECENT = ("periln", "mixln", "lns", "dyt")  # the 2024-2026 recipes: dotted; the 2019-2023 ones dashed
 FINISHED, FAILED = "finished", "failed"  # a run's outcome besides DIVERGED: it ran to its end, or it crashed
 LABEL_SMOOTHING = 0.1  # every benchmark run's; the unigram plateau depends on it
 STALLED, STILL_LEARNING, TRAINED = "stalled at the unigram plateau", "still learning", "trained"
@@ -54,8 +59,10 @@ VERDICT_RULES = (f"stalled within {PLATEAU_MARGIN} of the plateau's loss, ignore
 
 
 def method_style(method: str) -> dict:
-    """One colour per method in every plot (eleven: more than matplotlib's ten-colour cycle), whichever methods a
-    plot has; the later recipes dashed."""
+    """One colour and line style per method in every plot, whichever methods a plot has: the founding recipes solid,
+    the 2019-2023 ones dashed (matplotlib's ten colours, then black), the 2024-2026 ones dotted (the ten again)."""
+    if method in RECENT:
+        return {"color": f"C{RECENT.index(method)}", "linestyle": ":"}
     index = list(METHODS).index(method)
     return {"color": f"C{index}" if index < 10 else "black", "linestyle": "-" if method in FOUNDING else "--"}
 

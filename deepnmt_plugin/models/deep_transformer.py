@@ -33,8 +33,8 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 from torch import Tensor
 
 from deepnmt_plugin.models.admin import OMEGA_UNSET
-from deepnmt_plugin.models.method import (METHODS, ArchitectureError, check_depth, method_for,
-                                          record_recipe_layers)
+from deepnmt_plugin.models.method import (METHODS, ArchitectureError, all_layers, check_depth, method_for,
+                                          record_recipe_layers, trained_layer_numbers)
 
 
 def _wrap_like_fairseq(layer, cfg):
@@ -81,22 +81,40 @@ class NormalizedInputLinear(nn.Linear):
 
 
 class DeepLayer:
-    """What both layer kinds share: the recipe's layout flags, its sub-LN projections, the FFN sublayer
-    ``dropout(fc2(act_dropout(act(fc1(x)))))`` joined by the recipe's residual sum, and the branch sum."""
+    """What both layer kinds share: the recipe applied to the fairseq layer once it is built (``place``), the FFN
+    sublayer ``dropout(fc2(act_dropout(act(fc1(x)))))`` joined by the recipe's residual sum, and the branch sum."""
 
-    def apply_recipe_layout(self, method, self_attn: nn.Module, layer_norms: List[str]) -> None:
-        self.pre_norm, self.post_norm = method.layer_norm == "pre", method.layer_norm == "post"
-        self.branch_sum = method.branch_sum
-        if method.layer_norm == "none":
-            for name in layer_norms:
-                setattr(self, name, None)
+    def normalize_projection_inputs(self, method) -> None:
+        """Sub-LN's inner LayerNorms, while the layer is built: a new Linear draws from the random stream, and the
+        draws keep their order (each layer's, then the next layer's) only here."""
         if method.sub_layer_norm:
             if self.quant_noise > 0:  # fairseq's quant-noise hooks sit on the projections replaced here
                 raise ArchitectureError(f"--quant-noise-pq is not supported by {method.name}: its inner LayerNorms "
                                         "replace the projections quant-noise instruments")
-            self_attn.out_proj = NormalizedInputLinear(self_attn.out_proj)
-            self_attn._set_skip_embed_dim_check()  # torch's fused attention would skip our out_proj's forward
+            self.self_attn.out_proj = NormalizedInputLinear(self.self_attn.out_proj)
+            self.self_attn._set_skip_embed_dim_check()  # torch's fused attention would skip our out_proj's forward
             self.fc2 = NormalizedInputLinear(self.fc2)
+
+    def place(self, method, side: str, layer_number: int, export: bool) -> None:
+        """Make this built fairseq layer the ``layer_number``-th (1-based, in the trained stack) of the recipe's
+        ``side`` stack: its LayerNorm layout and modules, its branch-output norms, its residual sums. Called by the
+        stack in layer order, as fairseq builds its layers without telling them their place; builds nothing that
+        draws from the random stream."""
+        layout = method.layer_norm_at(side, layer_number)
+        self.pre_norm, self.post_norm = layout == "pre", layout == "post"
+        self.branch_sum = method.branch_sum
+        sublayers = ["self_attn", "encoder_attn", "ffn"] if getattr(self, "encoder_attn", None) is not None \
+            else ["self_attn", "ffn"]
+        for sublayer in sublayers:
+            name = "final_layer_norm" if sublayer == "ffn" else f"{sublayer}_layer_norm"  # fairseq's names
+            setattr(self, name, None if layout == "none" else method.norm(sublayer, self.embed_dim, layer_number, export))
+            setattr(self, f"{sublayer}_output_norm", method.norm(f"{sublayer}_output", self.embed_dim, layer_number, export)
+                    if method.branch_output_norm else None)
+        residuals = method.residuals(side, self.embed_dim, len(sublayers))
+        # registered in forward order: Admin's profile files list omega sublayer by sublayer
+        self.self_attn_residual = residuals[0]
+        self.encoder_attn_residual = residuals[1] if len(sublayers) == 3 else None
+        self.ffn_residual = residuals[-1]
 
     def add_branch(self, branches: Optional[Tensor], f: Tensor) -> Optional[Tensor]:
         if not self.branch_sum:
@@ -107,8 +125,10 @@ class DeepLayer:
         residual = x
         if self.pre_norm:
             x = self.final_layer_norm(x)
-        x = self.activation_dropout_module(self.activation_fn(self.fc1(x)))
-        f = self.dropout_module(self.fc2(x))
+        x = self.fc2(self.activation_dropout_module(self.activation_fn(self.fc1(x))))
+        if self.ffn_output_norm is not None:
+            x = self.ffn_output_norm(x)
+        f = self.dropout_module(x)
         x = self.ffn_residual(residual, f, layer_input)
         if self.post_norm:
             x = self.final_layer_norm(x)
@@ -125,9 +145,7 @@ class DeepTransformerEncoderLayer(DeepLayer, TransformerEncoderLayerBase):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        method = method_for(cfg)
-        self.apply_recipe_layout(method, self.self_attn, ["self_attn_layer_norm", "final_layer_norm"])
-        self.self_attn_residual, self.ffn_residual = method.residuals("encoder", self.embed_dim, 2)
+        self.normalize_projection_inputs(method_for(cfg))
         name_dropout_like_fairseq(self, TransformerEncoderLayerBase, ["dropout_module", "activation_dropout_module"])
 
     def forward(self, x, encoder_padding_mask: Optional[Tensor], attn_mask: Optional[Tensor] = None):
@@ -142,6 +160,8 @@ class DeepTransformerEncoderLayer(DeepLayer, TransformerEncoderLayerBase):
         x, _ = self.self_attn(
             query=x, key=x, value=x, key_padding_mask=encoder_padding_mask, need_weights=False, attn_mask=attn_mask,
         )
+        if self.self_attn_output_norm is not None:
+            x = self.self_attn_output_norm(x)
         f = self.dropout_module(x)
         x = self.self_attn_residual(residual, f, layer_input)
         if self.post_norm:
@@ -162,14 +182,7 @@ class DeepTransformerDecoderLayer(DeepLayer, TransformerDecoderLayerBase):
 
     def __init__(self, cfg, no_encoder_attn=False):
         super().__init__(cfg, no_encoder_attn=no_encoder_attn)
-        method = method_for(cfg)
-        self.apply_recipe_layout(method, self.self_attn, ["self_attn_layer_norm", "final_layer_norm"]
-                                 + (["encoder_attn_layer_norm"] if self.encoder_attn is not None else []))
-        residuals = method.residuals("decoder", self.embed_dim, 2 if self.encoder_attn is None else 3)
-        # registered in forward order: Admin's profile files list omega sublayer by sublayer
-        self.self_attn_residual = residuals[0]
-        self.encoder_attn_residual = residuals[1] if self.encoder_attn is not None else None
-        self.ffn_residual = residuals[-1]
+        self.normalize_projection_inputs(method_for(cfg))
         name_dropout_like_fairseq(self, TransformerDecoderLayerBase, ["dropout_module", "activation_dropout_module"])
 
     def forward(
@@ -205,6 +218,8 @@ class DeepTransformerDecoderLayer(DeepLayer, TransformerDecoderLayerBase):
             query=x, key=y, value=y, key_padding_mask=self_attn_padding_mask,
             incremental_state=incremental_state, need_weights=False, attn_mask=self_attn_mask,
         )
+        if self.self_attn_output_norm is not None:
+            x = self.self_attn_output_norm(x)
         f = self.dropout_module(x)
         x = self.self_attn_residual(residual, f, layer_input)
         if self.post_norm:
@@ -221,6 +236,8 @@ class DeepTransformerDecoderLayer(DeepLayer, TransformerDecoderLayerBase):
                 incremental_state=incremental_state, static_kv=True,
                 need_weights=need_attn or (not self.training and self.need_attn), need_head_weights=need_head_weights,
             )
+            if self.encoder_attn_output_norm is not None:
+                x = self.encoder_attn_output_norm(x)
             f = self.dropout_module(x)
             x = self.encoder_attn_residual(residual, f, layer_input)
             if self.post_norm:
@@ -231,6 +248,17 @@ class DeepTransformerDecoderLayer(DeepLayer, TransformerDecoderLayerBase):
         return x, attn, self.add_branch(branches, f)
 
 
+def place_layers(stack: nn.Module, method, side: str, cfg) -> None:
+    """Apply the recipe to a stack fairseq has just built: each layer in its place, then the stack's own norms (the
+    final one, fairseq's where the layout is "pre", and the embedding's, with ``--layernorm-embedding``)."""
+    embed_dim = getattr(cfg, side).embed_dim
+    for layer, number in zip(all_layers(stack), trained_layer_numbers(cfg, side)):
+        layer.place(method, side, number, cfg.export)
+    for name, role in (("layer_norm", "final"), ("layernorm_embedding", "embedding")):
+        if getattr(stack, name) is not None:
+            setattr(stack, name, method.norm(role, embed_dim, None, cfg.export))
+
+
 class DeepTransformerEncoder(TransformerEncoderBase):
     """fairseq's encoder, its layers joined by the recipe's stack connection (``connection``)."""
 
@@ -238,6 +266,7 @@ class DeepTransformerEncoder(TransformerEncoderBase):
         super().__init__(cfg, dictionary, embed_tokens)
         name_dropout_like_fairseq(self, TransformerEncoderBase, ["dropout_module"])
         method = method_for(cfg)
+        place_layers(self, method, "encoder", cfg)
         self.connection = method.stack_connection("encoder", cfg.encoder.embed_dim, method.encoder_layers)
 
     def build_encoder_layer(self, cfg):
@@ -293,6 +322,7 @@ class DeepTransformerDecoder(TransformerDecoderBase):
         super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
         name_dropout_like_fairseq(self, TransformerDecoderBase, ["dropout_module"])
         method = method_for(cfg)
+        place_layers(self, method, "decoder", cfg)
         self.connection = method.stack_connection("decoder", cfg.decoder.embed_dim, method.decoder_layers)
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
@@ -459,6 +489,8 @@ def register_deep_architectures(method_name: str) -> None:
             method = method_for(args)
             if method.layer_norm == "pre":
                 args.encoder_normalize_before = args.decoder_normalize_before = True
+            if method.layernorm_embedding:
+                args.layernorm_embedding = True
             method.check_args(args, arch)
 
         architecture.__name__ = arch

@@ -3,8 +3,11 @@
 A recipe (``DeepMethod``) decides, each in one named place:
 
 * where each sublayer's LayerNorm sits (``layer_norm``): after the residual sum ("post"), at the
-  branch input ("pre"), or nowhere ("none"); and whether each branch also normalises the input of its
-  last projection (``sub_layer_norm``, Sub-LN);
+  branch input ("pre"), or nowhere ("none"), for the whole model or layer by layer (``layer_norm_at``:
+  Mix-LN); whether each branch also normalises the input of its last projection (``sub_layer_norm``,
+  Sub-LN) or its output (``branch_output_norm``, Peri-LN);
+* which normalisation module each of those places builds (``norm``): fairseq's LayerNorm by default,
+  DyT's ``tanh``, LayerNorm Scaling's LayerNorm times 1/sqrt(l);
 * the residual sum of every sublayer of a layer (``residuals``), joining the sublayer input x_{i-1},
   the branch output f_i and the layer's input x_0 (which only B2T reads): ``x + f``, DeepNorm's
   ``alpha * x + f``, ReZero's ``x + a * f`` with one ``a`` per layer; with "post", ``x_i = LN(sum)``;
@@ -27,6 +30,7 @@ the kept layers keep the constants they were trained with.
 from typing import Dict, List, Optional, Tuple, Type
 
 import torch.nn as nn
+from fairseq.modules import LayerNorm
 from torch import Tensor
 
 METHODS: Dict[str, Type["DeepMethod"]] = {}
@@ -88,6 +92,17 @@ def recipe_layers(cfg) -> Tuple[int, int]:
     return int(encoder_layers), int(decoder_layers)
 
 
+def trained_layer_numbers(cfg, side: str) -> List[int]:
+    """The 1-based number, in the trained stack, of each layer the ``side`` stack builds: 1 .. L, or the kept ones
+    where ``--{side}-layers-to-keep`` prunes it (fairseq keeps them in ascending order), so that a layer keeps the
+    per-layer constants it was trained with."""
+    keep = getattr(getattr(cfg, side), "layers_to_keep", None)
+    if keep:
+        indices = keep.split(",") if isinstance(keep, str) else keep
+        return [index + 1 for index in sorted(int(i) for i in indices)]
+    return list(range(1, recipe_layers(cfg)[0 if side == "encoder" else 1] + 1))
+
+
 #: fairseq transformer flags no recipe supports: refused at start-up (stock fairseq ignores or crashes on them).
 UNSUPPORTED_FLAGS = {
     "base_layers": "BASE layers keep fairseq's own residual and LayerNorm, outside the recipe",
@@ -109,6 +124,10 @@ class DeepMethod:
     layer_norm = "post"
     #: a LayerNorm before the last projection of each self-attention and FFN branch (Sub-LN)
     sub_layer_norm = False
+    #: a normalisation of each branch's output, before the residual sum (Peri-LN's output LayerNorm)
+    branch_output_norm = False
+    #: the embedding output is normalised (fairseq's ``--layernorm-embedding``, which the arch then sets)
+    layernorm_embedding = False
     #: layers also return the sum of their branch outputs, for ``stack_connection`` (ResiDual)
     branch_sum = False
     #: why stock fairseq's transformer cannot compute this model; None: ``deepnmt-export`` writes it as one
@@ -129,6 +148,20 @@ class DeepMethod:
     def from_config(cls, cfg) -> "DeepMethod":
         """The recipe sized to the trained depth; a recipe with flags reads them here (saved with the model)."""
         return cls(*recipe_layers(cfg))
+
+    def layer_norm_at(self, side: str, layer_number: int) -> str:
+        """The LayerNorm layout ("post", "pre" or "none") of layer ``layer_number`` (1-based, in the trained stack) of
+        the ``side`` stack; every layer has the model's by default. The stack's final LayerNorm follows
+        ``layer_norm`` (fairseq builds it when the layout is "pre")."""
+        return self.layer_norm
+
+    def norm(self, role: str, dim: int, layer_number: Optional[int], export: bool) -> nn.Module:
+        """The normalisation module at ``role``: a sublayer's ("self_attn", "encoder_attn", "ffn": at its input in
+        a "pre" layer, after its residual sum in a "post" one), a branch output's ("self_attn_output",
+        "encoder_attn_output", "ffn_output", with ``branch_output_norm``), the stack's final one ("final") or the
+        embedding's ("embedding", with ``--layernorm-embedding``). ``layer_number`` is the layer's 1-based number in
+        the trained stack (None for the stack's own). fairseq's LayerNorm by default."""
+        return LayerNorm(dim, export=export)
 
     def residual(self, side: str, embed_dim: int) -> nn.Module:
         """The residual sum of one sublayer of the ``side`` ("encoder" or "decoder") stack."""
