@@ -1,5 +1,5 @@
 """deepnmt: the published ways to train deep Transformers (Admin, DeepNorm, T-Fixup, Pre-LN, Sub-LN, B2T,
-ResiDual, DLCL, ReZero, DS-Init) as a fairseq plugin.
+ResiDual, DLCL, ReZero, DS-Init, Peri-LN, Mix-LN, LayerNorm Scaling, DyT) as a fairseq plugin.
 
 Install with ``bash scripts/install.sh`` (it installs torch and fairseq-fixed first, in the order
 their builds need); ``pip install --no-build-isolation -e .`` alone works once those are present.
@@ -10,7 +10,8 @@ from setuptools import find_packages, setup
 setup(
     name="deepnmt",
     version="0.1.0",
-    description="Deep Transformer recipes (Admin, DeepNorm, T-Fixup, Pre-LN, Sub-LN, B2T, ResiDual, DLCL, ReZero, DS-Init) for fairseq NMT",
+    description="Deep Transformer recipes (Admin, DeepNorm, T-Fixup, Pre-LN, Sub-LN, B2T, ResiDual, DLCL, ReZero, DS-Init, "
+                "Peri-LN, Mix-LN, LayerNorm Scaling, DyT) for fairseq NMT",
     packages=find_packages(include=["deepnmt_plugin", "deepnmt_plugin.*"]),
     python_requires=">=3.9",
     install_requires=[
@@ -33,8 +34,9 @@ setup(
         "ctranslate2==4.8.5",
     ],
     # pytest-xdist runs the tests on every core (pytest.ini); the authors' packages the tests compare our layers with
-    # (torchscale: scripts/install.sh, without its deps)
-    extras_require={"test": ["pytest", "pytest-xdist>=3.5", "rezero==0.1.0", "admin-torch==0.1.0"]},
+    # (torchscale: scripts/install.sh, without its deps; x-transformers for Peri-LN's sandwich norm and DyT)
+    extras_require={"test": ["pytest", "pytest-xdist>=3.5", "rezero==0.1.0", "admin-torch==0.1.0",
+                             "x-transformers==2.31.10"]},
     entry_points={"console_scripts": [
         "deepnmt-user-dir=deepnmt_plugin.cli:print_user_dir",
         "deepnmt-export=deepnmt_plugin.export:main",

@@ -30,8 +30,10 @@ Each recipe is re-parameterised as a stock layout computing the same function (e
     off, decoder input/output still shared).
 
 * DS-Init: a Post-LN model; only its initialisation differs, so it is exported as it is.
-* T-Fixup, ReZero (no LayerNorm), Sub-LN (inner LayerNorms), B2T, ResiDual and DLCL (connections across
-  sublayers or layers) have no stock layout: refused in one line, the recipe's ``export_refusal``.
+* LayerNorm Scaling: Pre-LN whose sublayer LayerNorms in layer l are scaled by 1/sqrt(l); ``LN(x) * s`` is the
+  LayerNorm with weight and bias times s, so the model is exported as Pre-LN with those folded in.
+* T-Fixup, ReZero, DyT (no LayerNorm), Sub-LN, Peri-LN (LayerNorms inside the branch), Mix-LN (two layouts in
+  one stack), B2T, ResiDual and DLCL (connections across sublayers or layers) have no stock layout: refused in one line, the recipe's ``export_refusal``.
 """
 
 import argparse
@@ -50,6 +52,7 @@ from fairseq.tasks.translation import TranslationConfig
 
 from deepnmt_plugin import compat
 from deepnmt_plugin.models.deepnorm import deepnorm_alpha
+from deepnmt_plugin.models.lns import lns_scale
 from deepnmt_plugin.models.method import METHODS
 
 # Our archs are transformer_<method><size>; stock fairseq names the same sizes so.
@@ -105,6 +108,18 @@ def fold_deepnorm(model: StateDict, cfg: dict) -> StateDict:
                 for name in (f"{side}.layers.{i}.{last}.weight", f"{side}.layers.{i}.{last}.bias"):
                     if name in model:  # the decoder's encoder_attn only
                         model[name] = model[name] / alpha
+    return model
+
+
+def fold_lns(model: StateDict, cfg: dict) -> StateDict:
+    """LN(x) / sqrt(l) is the LayerNorm whose weight and bias are divided by sqrt(l): fold the scale into them."""
+    model = OrderedDict(model)
+    for side in ("encoder", "decoder"):
+        for i in range(cfg[f"{side}_layers"]):
+            for norm in ("self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_norm"):
+                for name in (f"{side}.layers.{i}.{norm}.weight", f"{side}.layers.{i}.{norm}.bias"):
+                    if name in model:  # the decoder's encoder_attn only
+                        model[name] = model[name] * lns_scale(i + 1)
     return model
 
 
@@ -212,6 +227,8 @@ def export(state: dict, path: str = "checkpoint") -> dict:
     model, flags = state["model"], {}
     if method == "deepnorm":
         model = fold_deepnorm(model, model_cfg)
+    elif method == "lns":
+        model = fold_lns(model, model_cfg)
     elif method == "admin":
         model, flags = fold_admin(model, model_cfg)
     return {

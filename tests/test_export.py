@@ -121,7 +121,7 @@ def test_admin_export_is_exact_for_every_embedding_layout(flags, build_model, to
     assert_same_function(original, exported, toy_data)
 
 
-@pytest.mark.parametrize("method", ["tfixup", "rezero", "subln", "b2t", "resi_dual", "dlcl"])
+@pytest.mark.parametrize("method", ["tfixup", "rezero", "subln", "b2t", "resi_dual", "dlcl", "periln", "mixln", "dyt"])
 def test_recipes_without_a_stock_layout_are_refused_in_one_line(method, build_model):
     model, args = build_model(f"transformer_{method}_iwslt_de_en", *TINY_DIMS, "--encoder-layers", 1,
                               "--decoder-layers", 1)
@@ -129,6 +129,22 @@ def test_recipes_without_a_stock_layout_are_refused_in_one_line(method, build_mo
         export(checkpoint_of(model, args), "model.pt")
     assert str(refused.value) == (f"deepnmt: error: cannot export model.pt: transformer_{method}: "
                                   f"{METHODS[method].export_refusal}; serve it with --user-dir")
+
+
+def test_lns_exports_as_pre_ln_with_its_scales_folded_into_the_layer_norms(build_model, toy_data, tmp_path):
+    model, args = build_model("transformer_lns_iwslt_de_en", *TINY_DIMS, "--encoder-layers", 3, "--decoder-layers", 2)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # affines away from 1 and 0, so that a scale folded into the wrong one shows
+        for name, parameter in model.named_parameters():
+            if "layer_norm" in name:
+                parameter.copy_(torch.empty(parameter.shape).uniform_(0.5, 2.0, generator=generator))
+    original, exported = tmp_path / "lns.pt", tmp_path / "exported.pt"
+    torch.save(checkpoint_of(model, args), original)
+    export_checkpoint(str(original), str(exported))
+    stock = torch.load(exported, weights_only=True)
+    assert stock["cfg"]["model"]["arch"] == "transformer_iwslt_de_en"
+    assert stock["cfg"]["model"]["encoder_normalize_before"] and stock["cfg"]["model"]["decoder_normalize_before"]
+    assert_same_function(original, exported, toy_data)
 
 
 def test_dsinit_exports_as_the_post_ln_model_it_is(build_model, toy_data, tmp_path):

@@ -37,7 +37,8 @@ from tiny_training import one_thread_per_process  # noqa: F401  (autouse fixture
 STOCK = "transformer_iwslt_de_en"
 DEEP = ["transformer_preln_iwslt_de_en", "transformer_deepnorm_iwslt_de_en", "transformer_tfixup_iwslt_de_en",
         "transformer_admin_iwslt_de_en"]
-LATER = [f"transformer_{method}_iwslt_de_en" for method in ("subln", "b2t", "resi_dual", "dlcl", "rezero", "dsinit")]
+LATER = [f"transformer_{method}_iwslt_de_en" for method in ("subln", "b2t", "resi_dual", "dlcl", "rezero", "dsinit",
+                                                            "periln", "mixln", "lns", "dyt")]
 ARCHS = [STOCK, *DEEP, *LATER]
 TRAINING = {STOCK: WARMUP, **RECIPES, **{arch: WARMUP for arch in LATER}}  # lr, schedule, Admin's task
 # DLCL's weights index layers by position: it refuses LayerDrop and pruning (tests/test_dlcl.py)

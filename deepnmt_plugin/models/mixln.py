@@ -49,7 +49,7 @@ class MixLN(DeepMethod):
     def check_args(self, args, arch: str) -> None:
         super().check_args(args, arch)
         if not 0 <= self.alpha < 1:
-            raise ArchitectureError(f"--mixln-alpha {self.alpha}: give a fraction in [0, 1) (0: every layer Pre-LN; "
+            raise ArchitectureError(f"--mixln-alpha {self.alpha:g}: give a fraction in [0, 1) (0: every layer Pre-LN; "
                                     "1 would be Post-LN with a final LayerNorm)")
 
     def layer_norm_at(self, side: str, layer_number: int) -> str:
