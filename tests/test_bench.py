@@ -209,6 +209,44 @@ def test_a_kept_run_with_another_budget_stops_the_sweep_before_training(toy_data
     assert json.loads(kept.read_text())["budget"] == {"max_update": 200}
 
 
+def test_a_kept_run_on_another_corpus_stops_the_sweep_before_training(toy_data, tmp_path):
+    from deepnmt_plugin.bench import study
+
+    kept = tmp_path / "sweep" / "postln_2L" / "result.json"
+    kept.parent.mkdir(parents=True)
+    preset = depth.PRESETS["micro"]
+    kept.write_text(json.dumps({"method": "postln", "depth": 2, "budget": depth.budget(preset),
+                                "corpus": {"checksum": "0" * 64, "pinned": False}}))
+    this = study.corpus_record(str(toy_data), str(toy_data))["checksum"]
+    with pytest.raises(SystemExit, match=rf"^deepnmt: error: {kept} was trained on another corpus \(checksum 0{{64}}\) "
+                                         rf"than this sweep's \({this}\); give this sweep another --workdir$"):
+        depth.main(["--data", str(toy_data), "--micro", "--workdir", str(tmp_path / "sweep"), "--cpu"])
+    assert sorted(p.name for p in kept.parent.iterdir()) == ["result.json"]  # nothing trained or written
+
+
+@pytest.mark.parametrize("record, flags, message", [
+    # finished on another corpus: its BLEU would be reported against this corpus's plateau
+    ("result.json", [], r"was trained on another corpus \(checksum 0{64}\) than this study's \([0-9a-f]{64}\)"),
+    # started under another peak lr: resuming it would mix two budgets in one record
+    ("train.json", ["--lr", "1e-3"], r"was started under another budget than \{.*'lr': 0.001"),
+    ("train.json", [], r"was started on another corpus \(checksum 0{64}\)"),
+])
+def test_a_cell_of_another_corpus_or_budget_stops_the_study_before_training(record, flags, message, toy_data,
+                                                                              tmp_path, monkeypatch):
+    from deepnmt_plugin.bench import study
+
+    monkeypatch.chdir(REPO)
+    cell = tmp_path / "study" / "preln_1L-1L"
+    cell.mkdir(parents=True)
+    corpus = {"checksum": "0" * 64, "pinned": False} if not flags else study.corpus_record(str(toy_data), str(toy_data))
+    (cell / record).write_text(json.dumps({"budget": study.budget(study.STUDY_MICRO), "corpus": corpus,
+                                           "seconds": 10.0, "rss_kib": 1, "returncode": None}))
+    with pytest.raises(SystemExit, match=rf"^deepnmt: error: {cell} {message}.*give this study another --workdir$"):
+        depth.main(["--data", str(toy_data), "--preset", "study-micro", "--methods", "preln", "--workdir",
+                    str(tmp_path / "study"), "--cpu", *flags])
+    assert sorted(p.name for p in cell.iterdir()) == [record]  # nothing trained or written
+
+
 def test_warmup_updates_change_the_schedule_the_budget_and_the_default_workdir(toy_data, tmp_path, monkeypatch):
     plain = depth.PRESETS["micro"]
     warm = replace(plain, warmup_updates=3)
@@ -340,9 +378,10 @@ def test_study_micro_trains_generates_scores_and_resumes(toy_data, tmp_path, cap
     assert depth.main(arguments) == 0
     printed = capsys.readouterr().out
     assert "    preln_1L-1L: valid loss " in printed  # progress, read from the log the trainer writes
-    assert ("the corpus: its text unknown (no data-prep output beside the data-bin), its unigram plateau at "
-            "validation loss ") in printed
-    assert study_cell(workdir, "preln_1L-1L")["corpus"] is None
+    corpus = study_cell(workdir, "preln_1L-1L")["corpus"]  # the data-bin's own checksum: no text beside it
+    assert corpus["of"] == "data-bin" and not corpus["pinned"] and len(corpus["checksum"]) == 64
+    assert (f"the corpus: its text unknown (no data-prep output beside the data-bin), data-bin checksum "
+            f"{corpus['checksum']}, its unigram plateau at validation loss ") in printed
     reading = printed.strip().splitlines()[-1]  # the last line reads the table, a verdict per cell
     assert reading.startswith("Reading the table: ")
     for name in ("preln_1L-1L", "deepnorm_1L-1L", "preln_2L-2L", "deepnorm_2L-2L", "deepnorm_2L-2L_ckpt"):
@@ -384,7 +423,7 @@ def test_study_micro_trains_generates_scores_and_resumes(toy_data, tmp_path, cap
     for kept_record in workdir.glob("*/result.json"):
         (records / kept_record.parent.name).mkdir(parents=True)
         shutil.copy(kept_record, records / kept_record.parent.name)
-    kept = study.kept_results(records, study.STUDY_MICRO)
+    kept = study.kept_results(records, study.STUDY_MICRO, corpus)
     study.write_samples(kept, records, records / "samples.md")
     assert (records / "samples.md").read_text() == samples
     for result in kept:
@@ -402,6 +441,17 @@ def test_study_micro_trains_generates_scores_and_resumes(toy_data, tmp_path, cap
     assert "[1/5]" in capsys.readouterr().out
     with pytest.raises(SystemExit, match=r"was trained under another budget .* give this study another --workdir"):
         depth.main(arguments + ["--max-update", "6"])
+
+    # a record torn by a crash mid-write (before records were written atomically) is named and rebuilt, not retrained
+    record = workdir / "preln_1L-1L" / "result.json"
+    whole = json.loads(record.read_text())
+    record.write_text(record.read_text()[:100])
+    capsys.readouterr()
+    assert depth.main(arguments) == 0
+    assert f"deepnmt: {record} is torn (a write was cut short); rebuilding it" in capsys.readouterr().out
+    rebuilt = json.loads(record.read_text())
+    assert {k: v for k, v in rebuilt.items() if k != "environment"} == {k: v for k, v in whole.items() if k != "environment"}
+    assert rebuilt["valid_loss_curve"] == whole["valid_loss_curve"]  # from the log: nothing was retrained
 
 
 def test_study_schedules_and_post_ln_failure_rule():
@@ -522,7 +572,13 @@ def test_a_study_on_a_data_prep_output_records_its_corpus_checksum(tmp_path):
     expected = {"checksum": l10n.checksum(l10n.text_hashes(tmp_path)), "pinned": False}
     assert study.corpus_record(str(tmp_path), str(tmp_path / "data-bin")) == expected
     assert study.corpus_record(str(tmp_path / "data-bin"), str(tmp_path / "data-bin")) == expected  # --data data-bin
-    assert study.corpus_record(str(tmp_path / "data-bin" / "x"), str(tmp_path / "data-bin" / "x")) is None
+    bare = tmp_path / "data-bin" / "x"  # a data-bin with no text beside it: its files' checksum
+    bare.mkdir()
+    (bare / "dict.de.txt").write_text("a 1\n")
+    record = study.corpus_record(str(bare), str(bare))
+    assert record == {"checksum": record["checksum"], "pinned": False, "of": "data-bin"}
+    (bare / "dict.de.txt").write_text("b 1\n")
+    assert study.corpus_record(str(bare), str(bare))["checksum"] != record["checksum"]
 
 
 def torch_version() -> str:

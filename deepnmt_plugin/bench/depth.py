@@ -39,6 +39,7 @@ from deepnmt_plugin.bench import pyplot, study
 from deepnmt_plugin.bench.runs import (FAILED, FINISHED, LABEL_SMOOTHING, METHODS, CellBusy, cell_lock, classify,
                                        final_valid_loss, plot_vs_depth, say, unfinished, unigram_plateau,
                                        update_norm_curve, verdict)
+from deepnmt_plugin.compat import atomic_write
 from deepnmt_plugin.processes import children_stop_with_driver, run_owned, stop_on_ctrl_c
 from deepnmt_plugin.reproduce import USER_DIR, OneLineParser, data_bin
 
@@ -73,13 +74,19 @@ def budget(preset: Preset) -> dict:
     return {key: value for key, value in asdict(preset).items() if key != "depths"}
 
 
-def check_kept_runs(workdir: Path, plan, preset: Preset) -> int:
-    """How many runs of the plan an earlier invocation finished; stops before training if one had another budget."""
-    kept = [path for path in (workdir / f"{m}_{d}L" / "result.json" for m, d in plan) if path.exists()]
-    for path in kept:
-        if json.loads(path.read_text()).get("budget") != budget(preset):
+def check_kept_runs(workdir: Path, plan, preset: Preset, corpus: Optional[dict]) -> int:
+    """How many runs of the plan an earlier invocation finished; stops before training if one had another budget or
+    another corpus."""
+    kept = [(path, study.read_record(path)) for path in (workdir / f"{m}_{d}L" / "result.json" for m, d in plan)]
+    kept = [(path, record) for path, record in kept if record is not None]
+    for path, record in kept:
+        if record.get("budget") != budget(preset):
             raise SystemExit(f"deepnmt: error: {path} was trained with another budget than {budget(preset)}; "
                              "give this sweep another --workdir")
+        if "corpus" in record and (record["corpus"] or {}).get("checksum") != (corpus or {}).get("checksum"):
+            raise SystemExit(f"deepnmt: error: {path} was trained on another corpus (checksum "
+                             f"{(record['corpus'] or {}).get('checksum')}) than this sweep's "
+                             f"({(corpus or {}).get('checksum')}); give this sweep another --workdir")
     return len(kept)
 
 
@@ -115,8 +122,9 @@ def run_one(args, method: str, depth: int, preset: Preset, threads: Optional[int
     directory.mkdir(parents=True, exist_ok=True)
     with cell_lock(directory):
         result_path = directory / "result.json"
-        if result_path.exists():  # read under the lock: a driver that held it may have just written it
-            return json.loads(result_path.read_text())
+        kept = study.read_record(result_path)  # read under the lock: a driver that held it may have just written it
+        if kept is not None:
+            return kept
         save_dir, log_path = directory / "checkpoints", directory / "train.log"
         command = train_command(args.data_bin, method, depth, preset, save_dir, cpu=args.cpu)
         environment = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
@@ -131,10 +139,11 @@ def run_one(args, method: str, depth: int, preset: Preset, threads: Optional[int
             "method": method, "depth": depth, "budget": budget(preset), "status": classify(log, returncode),
             "returncode": returncode, "final_valid_loss": final_valid_loss(log),
             "final_train_loss": float(losses[-1]) if losses else None,
-            "update_norm": update_norm_curve(log), "seconds": seconds, "log": str(log_path),
+            "update_norm": update_norm_curve(log), "seconds": seconds, "log": str(log_path), "corpus": args.corpus,
         }
         if result["status"] != FAILED:  # a crash (out of memory, a bad flag) is no result: the next invocation retries it
-            result_path.write_text(json.dumps(result, indent=1))
+            with atomic_write(result_path) as partial:  # a kill or a full disk mid-write leaves no torn record
+                Path(partial).write_text(json.dumps(result, indent=1))
     return result
 
 
@@ -251,7 +260,8 @@ def main(argv=None) -> int:
     device = "CPU" if args.cpu else "CUDA"
     print(f"{title}: {len(plan)} runs in {workdir} on {device}, {args.jobs} at a time", flush=True)
     threads = max(1, available_cores() // args.jobs) if args.cpu and args.jobs > 1 else None
-    reused = check_kept_runs(workdir, plan, preset)
+    args.corpus = study.corpus_record(args.data, args.data_bin)
+    reused = check_kept_runs(workdir, plan, preset, args.corpus)
     plateau = unigram_plateau(args.data_bin)
     order = sorted(plan, key=lambda run: -run[1])  # deepest first: no long run is left alone at the end
 

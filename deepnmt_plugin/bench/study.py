@@ -24,6 +24,7 @@ and, per cell, ``train_command.txt`` (its exact ``fairseq-train``), ``train.log`
 """
 
 import csv
+import hashlib
 import json
 import os
 import re
@@ -164,9 +165,9 @@ def generate_command(data_bin: str, checkpoint: Path, cpu: bool) -> List[str]:
             "--max-tokens", "4096", "--required-batch-size-multiple", "1", *(["--cpu"] if cpu else [])]
 
 
-def corpus_record(data: str, data_bin: str) -> Optional[dict]:
-    """The checksum of the corpus text a study trains on and whether it is data-prep's pinned l10n corpus; None for a
-    data-bin without its data-prep text beside it."""
+def corpus_record(data: str, data_bin: str) -> dict:
+    """The checksum of the corpus text a study trains on and whether it is data-prep's pinned l10n corpus; for a
+    data-bin without its data-prep text beside it, the checksum of the data-bin's files (``"of": "data-bin"``)."""
     from deepnmt_plugin.data.l10n import corpus_checksum
     from deepnmt_plugin.data.pipeline import DataPrepError
 
@@ -176,7 +177,11 @@ def corpus_record(data: str, data_bin: str) -> Optional[dict]:
         except DataPrepError:  # not the folder holding the text
             continue
         return {"checksum": checksum, "pinned": pinned}
-    return None
+    files = hashlib.sha256()
+    for path in sorted(Path(data_bin).iterdir()):
+        if path.is_file():
+            files.update(path.name.encode() + b"\0" + path.read_bytes())
+    return {"checksum": files.hexdigest(), "pinned": False, "of": "data-bin"}
 
 
 def run_measured(command: List[str], log_path: Path, environment: dict, label: str, measured) -> tuple:
@@ -241,14 +246,14 @@ def run_cell(args, cell: Cell, preset: StudyPreset, threads: Optional[int]) -> d
     directory.mkdir(parents=True, exist_ok=True)
     with cell_lock(directory):
         result_path = directory / "result.json"
-        if result_path.exists():  # read under the lock: a driver that held it may have just written it
-            kept = json.loads(result_path.read_text())
+        kept = read_record(result_path)  # read under the lock: a driver that held it may have just written it
+        if kept is not None:
             return {**kept, **cell_verdict(kept, args.unigram_plateau)}
         save_dir, log_path, progress_path = directory / "checkpoints", directory / "train.log", directory / "train.json"
         environment = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
         # what earlier, interrupted invocations measured: the segments' seconds add up, the peak RSS is their max, and
         # the environments they trained under (the first, and any other a resume brought) are the record's
-        progress = json.loads(progress_path.read_text()) if progress_path.exists() else {"seconds": 0.0, "rss_kib": 0}
+        progress = read_record(progress_path) or {"seconds": 0.0, "rss_kib": 0}
         log = log_path.read_text() if log_path.exists() else ""
         command = train_command(args.data_bin, cell, preset, save_dir, cpu=args.cpu)
         if progress.get("returncode") != 0 and not diverged_log(log):  # not finished: train, or resume
@@ -261,8 +266,9 @@ def run_cell(args, cell: Cell, preset: StudyPreset, threads: Optional[int]) -> d
             before = {**progress, "environments": trained_under + [now] if now not in trained_under else trained_under}
 
             def keep(seconds: float, rss_kib: int, returncode: Optional[int] = None) -> dict:
+                # the budget and corpus it trains under: a resume under others is refused before it starts (run)
                 kept = {**before, "seconds": before["seconds"] + seconds, "rss_kib": max(before["rss_kib"], rss_kib),
-                        "returncode": returncode}
+                        "returncode": returncode, "budget": budget(preset), "corpus": args.corpus}
                 with atomic_write(progress_path) as partial:  # a kill mid-write leaves the last whole measurement
                     Path(partial).write_text(json.dumps(kept))
                 return kept
@@ -299,8 +305,40 @@ def run_cell(args, cell: Cell, preset: StudyPreset, threads: Optional[int]) -> d
         }
         result.update(cell_verdict(result, args.unigram_plateau))
         if status != FAILED:  # a crash (out of memory, a bad flag) is retried by the next invocation, from its checkpoint
-            result_path.write_text(json.dumps(result, indent=1))
+            with atomic_write(result_path) as partial:  # a kill or a full disk mid-write leaves no torn record
+                Path(partial).write_text(json.dumps(result, indent=1))
         return result
+
+
+def read_record(path: Path) -> Optional[dict]:
+    """A cell's record (``result.json``, ``train.json``), or None where there is none. A record torn by a crash
+    mid-write (written before records were written atomically) is named and read as absent: the driver rebuilds a
+    torn result.json from the cell's log and scores, and a torn train.json loses only the seconds it had measured."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except json.JSONDecodeError:
+        say(f"deepnmt: {path} is torn (a write was cut short); rebuilding it")
+        return None
+
+
+def check_reusable(workdir: Path, plan: List[Cell], preset: StudyPreset, corpus: Optional[dict]) -> None:
+    """Stop, before anything trains, where a cell of the plan was finished or started under another budget or on
+    another corpus: its number would be reported as this study's, or a resume would mix two budgets in one record."""
+    for cell in plan:
+        for record_name, done in (("result.json", "trained"), ("train.json", "started")):
+            path = workdir / cell.name / record_name
+            record = read_record(path)
+            if record is None or "budget" not in record:  # train.json of a cell started before it kept its budget
+                continue
+            if record["budget"] != budget(preset):
+                raise SystemExit(f"deepnmt: error: {path.parent} was {done} under another budget than "
+                                 f"{budget(preset)}; give this study another --workdir")
+            if "corpus" in record and (record["corpus"] or {}).get("checksum") != (corpus or {}).get("checksum"):
+                raise SystemExit(f"deepnmt: error: {path.parent} was {done} on another corpus (checksum "
+                                 f"{(record['corpus'] or {}).get('checksum')}) than this study's "
+                                 f"({(corpus or {}).get('checksum')}); give this study another --workdir")
 
 
 def cell_verdict(result: dict, plateau: float) -> dict:
@@ -326,11 +364,12 @@ def reading(results: List[dict]) -> str:
     return sentence
 
 
-def kept_results(workdir: Path, preset: StudyPreset) -> List[dict]:
-    """Every finished cell of ``workdir`` trained under ``preset``'s budget, in table order: the grid by depth and
-    method, then the checkpointed cells."""
-    results = [json.loads(path.read_text()) for path in sorted(workdir.glob("*/result.json"))]
-    results = [r for r in results if r.get("budget") == budget(preset)]
+def kept_results(workdir: Path, preset: StudyPreset, corpus: Optional[dict]) -> List[dict]:
+    """Every finished cell of ``workdir`` trained under ``preset``'s budget on ``corpus``, in table order: the grid
+    by depth and method, then the checkpointed cells."""
+    results = [read_record(path) for path in sorted(workdir.glob("*/result.json"))]
+    results = [r for r in results if r is not None and r.get("budget") == budget(preset)
+               and (r.get("corpus") or {}).get("checksum") == (corpus or {}).get("checksum")]
     return sorted(results, key=lambda r: (r["checkpoint_activations"], r["encoder_layers"], r["decoder_layers"],
                                           list(METHODS).index(r["method"]), r.get("seed", 1)))
 
@@ -541,16 +580,14 @@ def run(args, preset: StudyPreset, threads: Optional[int]) -> int:
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     plan = cells(preset, args.methods, args.seeds)
-    for kept in (workdir / cell.name / "result.json" for cell in plan):
-        if kept.exists() and json.loads(kept.read_text())["budget"] != budget(preset):
-            raise SystemExit(f"deepnmt: error: {kept} was trained under another budget than {budget(preset)}; "
-                             "give this study another --workdir")
     title = (f"Depth study: {preset.embed_dim}-{preset.ffn_dim}-{preset.heads}, peak lr {preset.lr:g}, "
              f"{preset.max_update} updates x {preset.max_tokens} tokens, warmup {preset.warmup_updates} for "
              f"{', '.join(WARMUP_METHODS)}, none for the others")
     args.unigram_plateau = unigram_plateau(args.data_bin)
     args.corpus = corpus_record(args.data, args.data_bin)
-    corpus = ("its text unknown (no data-prep output beside the data-bin)" if args.corpus is None else
+    check_reusable(workdir, plan, preset, args.corpus)
+    corpus = (f"its text unknown (no data-prep output beside the data-bin), data-bin checksum {args.corpus['checksum']}"
+              if args.corpus.get("of") == "data-bin" else
               f"checksum {args.corpus['checksum']} ({'the pinned one' if args.corpus['pinned'] else 'NOT the pinned one'})")
     say(f"{title}: {len(plan)} cells in {workdir}, {args.jobs} at a time; the corpus: {corpus}, its unigram plateau "
         f"at validation loss {args.unigram_plateau:.3f}")
@@ -573,7 +610,7 @@ def run(args, preset: StudyPreset, threads: Optional[int]) -> int:
         outcomes = list(workers.map(run_and_report, range(1, len(order) + 1), order))
     busy = [cell.name for cell, result in zip(order, outcomes) if result is None]
     failed = [result["name"] for result in outcomes if result and result["status"] == FAILED]
-    results = kept_results(workdir, preset)  # this invocation's cells and those of earlier ones
+    results = kept_results(workdir, preset, args.corpus)  # this invocation's cells and those of earlier ones
     for result in results:
         result.update(cell_verdict(result, args.unigram_plateau))
     write_csv(results, workdir / "results.csv")
