@@ -88,6 +88,12 @@ class Sublayer:
     post_norm: bool  # the LayerNorm input is the residual sum (Post-LN layouts), which beta needs
 
 
+def post_norm(layer: nn.Module, residual: str) -> bool:
+    """Whether the sublayer's LayerNorm reads its residual sum: a deep layer says so sublayer by sublayer
+    (``self_attn_post_norm``, ...), a stock fairseq layer by its stack's ``normalize_before``."""
+    return getattr(layer, residual.replace("_residual", "_post_norm"), not layer.normalize_before)
+
+
 def sublayers(model: nn.Module) -> List[Sublayer]:
     found = []
     for side, layer_name, layer in layer_names(model):
@@ -96,7 +102,7 @@ def sublayers(model: nn.Module) -> List[Sublayer]:
                 continue
             norm = getattr(layer, layer_norm, None)
             found.append(Sublayer(f"{layer_name}.{short}", side, getattr(layer, branch), norm,
-                                  getattr(layer, residual, None), norm is not None and not layer.normalize_before))
+                                  getattr(layer, residual, None), norm is not None and post_norm(layer, residual)))
     return found
 
 

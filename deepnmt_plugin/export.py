@@ -32,8 +32,9 @@ Each recipe is re-parameterised as a stock layout computing the same function (e
 * DS-Init: a Post-LN model; only its initialisation differs, so it is exported as it is.
 * LayerNorm Scaling: Pre-LN whose sublayer LayerNorms in layer l are scaled by 1/sqrt(l); ``LN(x) * s`` is the
   LayerNorm with weight and bias times s, so the model is exported as Pre-LN with those folded in.
-* T-Fixup, ReZero, DyT (no LayerNorm), Sub-LN, Peri-LN (LayerNorms inside the branch), Mix-LN (two layouts in
-  one stack), B2T, ResiDual and DLCL (connections across sublayers or layers) have no stock layout: refused in one line, the recipe's ``export_refusal``.
+* T-Fixup, ReZero, DyT (no LayerNorm), Sub-LN, Peri-LN, HybridNorm (norms inside the branch), Mix-LN (two
+  layouts in one stack), B2T, ResiDual and DLCL (connections across sublayers or layers) have no stock layout:
+  refused in one line, the recipe's ``export_refusal``.
 """
 
 import argparse
@@ -257,13 +258,22 @@ def check_parent(target: str) -> None:
         raise ExportError(f"cannot write {target}: directory {directory} does not exist")
 
 
+def model_flag(model_cfg, name: str):
+    """A flag of a checkpoint's ``cfg['model']``: a dict, or fairseq's argparse.Namespace (None when absent)."""
+    return model_cfg.get(name) if isinstance(model_cfg, dict) else getattr(model_cfg, name, None)
+
+
 def stock_checkpoint(state: dict, path: str) -> dict:
     """``state`` as a stock fairseq transformer checkpoint for CTranslate2: exported in memory when it is a deepnmt one."""
     model_cfg = (state.get("cfg") or {}).get("model")
-    method = model_cfg.get("deep_method") if isinstance(model_cfg, dict) else getattr(model_cfg, "deep_method", None)
+    method = model_flag(model_cfg, "deep_method")
     refusal = method and stock_layout_refusal(method)
     if refusal:
         raise ExportError(f"cannot convert {path} to CTranslate2: {refusal}; serve it with fairseq --user-dir")
+    if model_flag(model_cfg, "cross_self_attention"):  # ctranslate2's converter ignores the flag and converts
+        raise ExportError(f"cannot convert {path} to CTranslate2: it was trained with --cross-self-attention, whose "
+                          "decoder self-attention reads the source and the target, and CTranslate2's reads the target "
+                          "only; serve it with fairseq")
     return state if model_cfg is not None and method is None else export(state, path)
 
 

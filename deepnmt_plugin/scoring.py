@@ -56,19 +56,20 @@ def read_generate_output(path: str, sentences: Optional[int] = None) -> Tuple[Li
             content = handle.read()
     except OSError as error:
         raise ScoringError(f"cannot read {path}: {error.strerror}")
-    for number, raw in enumerate(content.splitlines(), 1):
+    # Lines end at "\n" (or "\r\n") only: a text may hold a lone "\r", which bytes.splitlines would end a line at.
+    for number, raw in enumerate(content.split(b"\n"), 1):
         try:
-            line = raw.decode("utf-8")
+            line = raw.removesuffix(b"\r").decode("utf-8")
         except UnicodeDecodeError as error:
             raise ScoringError(f"{path}, line {number}: not UTF-8 (its byte {error.start + 1} is "
                                f"{raw[error.start]:#x})")
         kind, _, rest = line.partition("-")
         if kind not in ("H", "T"):
             continue
-        fields = rest.split("\t")
+        texts, column = (hypotheses, 2) if kind == "H" else (references, 1)  # H-id, score, text; T-id, text
+        fields = rest.split("\t", column)  # the text is all after the id (and score): it may hold tabs
         if not fields[0].isdecimal():
             raise ScoringError(f"{path}, line {number}: {kind}-{fields[0]} is not a fairseq-generate sentence id")
-        texts, column = (hypotheses, 2) if kind == "H" else (references, 1)  # H-id, score, text; T-id, text
         if int(fields[0]) in texts:
             raise ScoringError(f"{path}, line {number}: a second {kind}-{fields[0]} (a second fairseq-generate run "
                                "appended, or --nbest above 1?); score each run's output on its own, with --nbest 1")

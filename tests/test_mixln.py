@@ -18,7 +18,10 @@ def test_post_ln_layers_are_floor_of_alpha_times_depth(alpha, layers, post):
 
 
 def layouts(stack):
-    return ["post" if layer.post_norm else "pre" if layer.pre_norm else "none" for layer in stack.layers]
+    layouts = [{"post" if getattr(layer, f"{sublayer}_post_norm") else "pre" if getattr(layer, f"{sublayer}_pre_norm")
+                else "none" for sublayer in ("self_attn", "ffn")} for layer in stack.layers]
+    assert all(len(layout) == 1 for layout in layouts)  # one layout a layer
+    return [layout.pop() for layout in layouts]
 
 
 def test_each_stack_applies_alpha_to_its_own_depth(build_model):

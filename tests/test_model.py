@@ -6,7 +6,7 @@ from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
 METHODS = ["preln", "deepnorm", "tfixup", "admin", "subln", "b2t", "resi_dual", "dlcl", "rezero", "dsinit", "periln",
-           "mixln", "lns", "dyt"]
+           "mixln", "lns", "dyt", "hybridnorm"]
 SIZES = {"": (512, 2048, 8), "_iwslt_de_en": (512, 1024, 4), "_big": (1024, 4096, 16)}
 
 
@@ -30,10 +30,12 @@ def test_layers_subclass_fairseq_and_keep_names(method, build_model):
     for sub in ("self_attn", "fc1", "fc2"):
         assert f"encoder.layers.0.{sub}" in names and f"decoder.layers.0.{sub}" in names
     assert "decoder.layers.0.encoder_attn" in names
-    has_ln = method not in ("tfixup", "rezero")
+    without = {"tfixup": {"self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_norm"},
+               "rezero": {"self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_norm"},
+               "hybridnorm": {"final_layer_norm"}}.get(method, set())  # HybridNorm: no norm at the FFN's input
     for sub in ("self_attn_layer_norm", "final_layer_norm"):
-        assert (f"encoder.layers.0.{sub}" in names) == has_ln
-    assert ("decoder.layers.0.encoder_attn_layer_norm" in names) == has_ln
+        assert (f"encoder.layers.0.{sub}" in names) == (sub not in without)
+    assert ("decoder.layers.0.encoder_attn_layer_norm" in names) == ("encoder_attn_layer_norm" not in without)
 
 
 @pytest.mark.parametrize("method", METHODS)

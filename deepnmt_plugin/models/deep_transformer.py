@@ -80,6 +80,22 @@ class NormalizedInputLinear(nn.Linear):
         return F.linear(self.layer_norm(x), self.weight, self.bias)
 
 
+class HeadNormalizedLinear(nn.Linear):
+    """``norm(linear(x))`` with the norm over each head's features (HybridNorm's q/k/v norms): the projection keeps its
+    own parameter names (``q_proj.weight``), the norm is its child, shared by the heads."""
+
+    def __init__(self, linear: nn.Linear, norm: nn.Module, head_dim: int):
+        nn.Module.__init__(self)  # not nn.Linear's: it would draw a fresh weight from the random stream
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight, self.bias = linear.weight, linear.bias
+        self.norm, self.head_dim = norm, head_dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = F.linear(x, self.weight, self.bias)
+        heads = y.unflatten(-1, (-1, self.head_dim))
+        return self.norm(heads).flatten(-2)
+
+
 class DeepLayer:
     """What both layer kinds share: the recipe applied to the fairseq layer once it is built (``place``), the FFN
     sublayer ``dropout(fc2(act_dropout(act(fc1(x)))))`` joined by the recipe's residual sum, and the branch sum."""
@@ -97,19 +113,32 @@ class DeepLayer:
 
     def place(self, method, side: str, layer_number: int, export: bool) -> None:
         """Make this built fairseq layer the ``layer_number``-th (1-based, in the trained stack) of the recipe's
-        ``side`` stack: its LayerNorm layout and modules, its branch-output norms, its residual sums. Called by the
-        stack in layer order, as fairseq builds its layers without telling them their place; builds nothing that
-        draws from the random stream."""
-        layout = method.layer_norm_at(side, layer_number)
-        self.pre_norm, self.post_norm = layout == "pre", layout == "post"
+        ``side`` stack: each sublayer's LayerNorm layout and module, its branch-output norm, its attention's q/k/v
+        norms, its residual sum. Called by the stack in layer order, as fairseq builds its layers without telling them
+        their place; builds nothing that draws from the random stream."""
         self.branch_sum = method.branch_sum
         sublayers = ["self_attn", "encoder_attn", "ffn"] if getattr(self, "encoder_attn", None) is not None \
             else ["self_attn", "ffn"]
+        if hasattr(self, "encoder_attn"):  # a decoder layer's flags, also where --no-cross-attention builds none
+            self.encoder_attn_pre_norm = self.encoder_attn_post_norm = False
         for sublayer in sublayers:
+            layout = method.layer_norm_at(side, layer_number, sublayer)
+            setattr(self, f"{sublayer}_pre_norm", layout == "pre")
+            setattr(self, f"{sublayer}_post_norm", layout == "post")
             name = "final_layer_norm" if sublayer == "ffn" else f"{sublayer}_layer_norm"  # fairseq's names
             setattr(self, name, None if layout == "none" else method.norm(sublayer, self.embed_dim, layer_number, export))
             setattr(self, f"{sublayer}_output_norm", method.norm(f"{sublayer}_output", self.embed_dim, layer_number, export)
                     if method.branch_output_norm else None)
+            if method.qkv_norm and sublayer != "ffn":
+                if self.quant_noise > 0:  # fairseq's quant-noise hooks sit on the projections replaced here
+                    raise ArchitectureError(f"--quant-noise-pq is not supported by {method.name}: its q/k/v norms "
+                                            "replace the projections quant-noise instruments")
+                attention = getattr(self, sublayer)
+                head_dim = attention.head_dim
+                for projection in ("q_proj", "k_proj", "v_proj"):
+                    norm = method.norm(f"{sublayer}_{projection[0]}", head_dim, layer_number, export)
+                    setattr(attention, projection, HeadNormalizedLinear(getattr(attention, projection), norm, head_dim))
+                attention._set_skip_embed_dim_check()  # torch's fused attention would skip the projections' forward
         residuals = method.residuals(side, self.embed_dim, len(sublayers))
         # registered in forward order: Admin's profile files list omega sublayer by sublayer
         self.self_attn_residual = residuals[0]
@@ -123,14 +152,14 @@ class DeepLayer:
 
     def feed_forward_sublayer(self, x: Tensor, layer_input: Tensor) -> Tuple[Tensor, Tensor]:
         residual = x
-        if self.pre_norm:
+        if self.ffn_pre_norm:
             x = self.final_layer_norm(x)
         x = self.fc2(self.activation_dropout_module(self.activation_fn(self.fc1(x))))
         if self.ffn_output_norm is not None:
             x = self.ffn_output_norm(x)
         f = self.dropout_module(x)
         x = self.ffn_residual(residual, f, layer_input)
-        if self.post_norm:
+        if self.ffn_post_norm:
             x = self.final_layer_norm(x)
         return x, f
 
@@ -139,8 +168,12 @@ class DeepTransformerEncoderLayer(DeepLayer, TransformerEncoderLayerBase):
     """Encoder layer: self-attention and FFN sublayers, each joined by the recipe's residual. Returns its output
     and, where the recipe keeps it (``branch_sum``), the sum of its branch outputs."""
 
-    pre_norm: Final[bool]  # LayerNorm at the branch input (Pre-LN)
-    post_norm: Final[bool]  # LayerNorm after the residual sum (Post-LN, DeepNorm, Admin); T-Fixup: neither
+    # each sublayer's LayerNorm at its branch input (Pre-LN) or after its residual sum (Post-LN, DeepNorm, Admin);
+    # T-Fixup: neither
+    self_attn_pre_norm: Final[bool]
+    self_attn_post_norm: Final[bool]
+    ffn_pre_norm: Final[bool]
+    ffn_post_norm: Final[bool]
     branch_sum: Final[bool]
 
     def __init__(self, cfg):
@@ -155,7 +188,7 @@ class DeepTransformerEncoderLayer(DeepLayer, TransformerEncoderLayerBase):
             )
 
         layer_input = residual = x
-        if self.pre_norm:
+        if self.self_attn_pre_norm:
             x = self.self_attn_layer_norm(x)
         x, _ = self.self_attn(
             query=x, key=x, value=x, key_padding_mask=encoder_padding_mask, need_weights=False, attn_mask=attn_mask,
@@ -164,7 +197,7 @@ class DeepTransformerEncoderLayer(DeepLayer, TransformerEncoderLayerBase):
             x = self.self_attn_output_norm(x)
         f = self.dropout_module(x)
         x = self.self_attn_residual(residual, f, layer_input)
-        if self.post_norm:
+        if self.self_attn_post_norm:
             x = self.self_attn_layer_norm(x)
         branches = self.add_branch(None, f)
 
@@ -176,8 +209,12 @@ class DeepTransformerDecoderLayer(DeepLayer, TransformerDecoderLayerBase):
     """Decoder layer: self-attention, encoder-attention and FFN sublayers, each with the recipe's residual.
     Returns (output, attention, the sum of its branch outputs where the recipe keeps it)."""
 
-    pre_norm: Final[bool]
-    post_norm: Final[bool]
+    self_attn_pre_norm: Final[bool]
+    self_attn_post_norm: Final[bool]
+    encoder_attn_pre_norm: Final[bool]
+    encoder_attn_post_norm: Final[bool]
+    ffn_pre_norm: Final[bool]
+    ffn_post_norm: Final[bool]
     branch_sum: Final[bool]
 
     def __init__(self, cfg, no_encoder_attn=False):
@@ -199,7 +236,7 @@ class DeepTransformerDecoderLayer(DeepLayer, TransformerDecoderLayerBase):
         need_attn = need_attn or need_head_weights
 
         layer_input = residual = x
-        if self.pre_norm:
+        if self.self_attn_pre_norm:
             x = self.self_attn_layer_norm(x)
         y = x
         saved_state = self.self_attn._get_input_buffer(incremental_state)
@@ -222,14 +259,14 @@ class DeepTransformerDecoderLayer(DeepLayer, TransformerDecoderLayerBase):
             x = self.self_attn_output_norm(x)
         f = self.dropout_module(x)
         x = self.self_attn_residual(residual, f, layer_input)
-        if self.post_norm:
+        if self.self_attn_post_norm:
             x = self.self_attn_layer_norm(x)
         branches = self.add_branch(None, f)
 
         attn: Optional[Tensor] = None
         if self.encoder_attn is not None and encoder_out is not None:
             residual = x
-            if self.pre_norm:
+            if self.encoder_attn_pre_norm:
                 x = self.encoder_attn_layer_norm(x)
             x, attn = self.encoder_attn(
                 query=x, key=encoder_out, value=encoder_out, key_padding_mask=encoder_padding_mask,
@@ -240,7 +277,7 @@ class DeepTransformerDecoderLayer(DeepLayer, TransformerDecoderLayerBase):
                 x = self.encoder_attn_output_norm(x)
             f = self.dropout_module(x)
             x = self.encoder_attn_residual(residual, f, layer_input)
-            if self.post_norm:
+            if self.encoder_attn_post_norm:
                 x = self.encoder_attn_layer_norm(x)
             branches = self.add_branch(branches, f)
 

@@ -3,11 +3,12 @@
 A recipe (``DeepMethod``) decides, each in one named place:
 
 * where each sublayer's LayerNorm sits (``layer_norm``): after the residual sum ("post"), at the
-  branch input ("pre"), or nowhere ("none"), for the whole model or layer by layer (``layer_norm_at``:
-  Mix-LN); whether each branch also normalises the input of its last projection (``sub_layer_norm``,
+  branch input ("pre"), or nowhere ("none"), for the whole model or sublayer by sublayer (``layer_norm_at``:
+  Mix-LN, HybridNorm); whether each branch also normalises the input of its last projection (``sub_layer_norm``,
   Sub-LN) or its output (``branch_output_norm``, Peri-LN);
 * which normalisation module each of those places builds (``norm``): fairseq's LayerNorm by default,
-  DyT's ``tanh``, LayerNorm Scaling's LayerNorm times 1/sqrt(l);
+  DyT's ``tanh``, LayerNorm Scaling's LayerNorm times 1/sqrt(l); and whether attention normalises its queries,
+  keys and values (``qkv_norm``, HybridNorm);
 * the residual sum of every sublayer of a layer (``residuals``), joining the sublayer input x_{i-1},
   the branch output f_i and the layer's input x_0 (which only B2T reads): ``x + f``, DeepNorm's
   ``alpha * x + f``, ReZero's ``x + a * f`` with one ``a`` per layer; with "post", ``x_i = LN(sum)``;
@@ -128,6 +129,8 @@ class DeepMethod:
     branch_output_norm = False
     #: the embedding output is normalised (fairseq's ``--layernorm-embedding``, which the arch then sets)
     layernorm_embedding = False
+    #: every attention normalises its queries, keys and values, each head's features (HybridNorm's QKV norm)
+    qkv_norm = False
     #: layers also return the sum of their branch outputs, for ``stack_connection`` (ResiDual)
     branch_sum = False
     #: why stock fairseq's transformer cannot compute this model; None: ``deepnmt-export`` writes it as one
@@ -149,17 +152,18 @@ class DeepMethod:
         """The recipe sized to the trained depth; a recipe with flags reads them here (saved with the model)."""
         return cls(*recipe_layers(cfg))
 
-    def layer_norm_at(self, side: str, layer_number: int) -> str:
-        """The LayerNorm layout ("post", "pre" or "none") of layer ``layer_number`` (1-based, in the trained stack) of
-        the ``side`` stack; every layer has the model's by default. The stack's final LayerNorm follows
-        ``layer_norm`` (fairseq builds it when the layout is "pre")."""
+    def layer_norm_at(self, side: str, layer_number: int, sublayer: str) -> str:
+        """The LayerNorm layout ("post", "pre" or "none") of ``sublayer`` ("self_attn", "encoder_attn" or "ffn") in
+        layer ``layer_number`` (1-based, in the trained stack) of the ``side`` stack; every sublayer has the model's by
+        default. The stack's final LayerNorm follows ``layer_norm`` (fairseq builds it when the layout is "pre")."""
         return self.layer_norm
 
     def norm(self, role: str, dim: int, layer_number: Optional[int], export: bool) -> nn.Module:
         """The normalisation module at ``role``: a sublayer's ("self_attn", "encoder_attn", "ffn": at its input in
         a "pre" layer, after its residual sum in a "post" one), a branch output's ("self_attn_output",
-        "encoder_attn_output", "ffn_output", with ``branch_output_norm``), the stack's final one ("final") or the
-        embedding's ("embedding", with ``--layernorm-embedding``). ``layer_number`` is the layer's 1-based number in
+        "encoder_attn_output", "ffn_output", with ``branch_output_norm``), an attention's query, key or value
+        projection's ("self_attn_q", ..., "encoder_attn_v", with ``qkv_norm``: ``dim`` is the head's), the stack's
+        final one ("final") or the embedding's ("embedding", with ``--layernorm-embedding``). ``layer_number`` is the layer's 1-based number in
         the trained stack (None for the stack's own). fairseq's LayerNorm by default."""
         return LayerNorm(dim, export=export)
 

@@ -52,6 +52,6 @@ class MixLN(DeepMethod):
             raise ArchitectureError(f"--mixln-alpha {self.alpha:g}: give a fraction in [0, 1) (0: every layer Pre-LN; "
                                     "1 would be Post-LN with a final LayerNorm)")
 
-    def layer_norm_at(self, side: str, layer_number: int) -> str:
+    def layer_norm_at(self, side: str, layer_number: int, sublayer: str) -> str:
         layers = self.encoder_layers if side == "encoder" else self.decoder_layers
         return "post" if layer_number <= mixln_post_layers(self.alpha, layers) else "pre"

@@ -1,0 +1,141 @@
+"""Silent wrong results turned into refusals or whole results: averaging checkpoints of different models that share
+parameter names, converting a ``--cross-self-attention`` model to CTranslate2, scoring text that holds a tab or a lone
+carriage return."""
+
+import pytest
+import torch
+
+from conftest import TINY_DIMS
+from deepnmt_plugin import average_checkpoints, export, scoring
+from tiny_training import checkpoint_of, files_in
+from tiny_training import one_thread_per_process  # noqa: F401  (autouse fixture)
+
+ONE_LAYER = [*TINY_DIMS, "--encoder-layers", 1, "--decoder-layers", 1]
+
+
+def refused(command) -> str:
+    """The one line a main(argv) or a function stopped with (a SystemExit carrying it)."""
+    with pytest.raises(SystemExit) as stopped:
+        command()
+    message = stopped.value.code
+    assert isinstance(message, str) and len(message.splitlines()) == 1 and message.startswith("deepnmt: error: ")
+    return message
+
+
+# --- averaging: one model only -----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def save_checkpoint(build_model, tmp_path_factory):
+    """``save_checkpoint(name, arch, *flags)``: an untrained one-layer model saved as fairseq-train saves it."""
+    directory = tmp_path_factory.mktemp("checkpoints")
+
+    def save(name, arch, *flags):
+        model, args = build_model(arch, *ONE_LAYER, *flags)
+        path = directory / f"{name}.pt"
+        torch.save(checkpoint_of(model, args), path)
+        return path
+
+    return save
+
+
+@pytest.mark.parametrize("arch, flags, other_arch, other_flags, differences", [
+    ("transformer_deepnorm_iwslt_de_en", [], "transformer_b2t_iwslt_de_en", [],
+     "arch transformer_deepnorm_iwslt_de_en vs transformer_b2t_iwslt_de_en, deep_method deepnorm vs b2t"),
+    ("transformer_deepnorm_iwslt_de_en", [], "transformer_dsinit_iwslt_de_en", [],
+     "arch transformer_deepnorm_iwslt_de_en vs transformer_dsinit_iwslt_de_en, deep_method deepnorm vs dsinit"),
+    ("transformer_iwslt_de_en", [], "transformer_dsinit_iwslt_de_en", [],
+     "arch transformer_iwslt_de_en vs transformer_dsinit_iwslt_de_en"),  # stock fairseq records no deep_method
+    ("transformer_dsinit_iwslt_de_en", ["--dsinit-bound", "paper"], "transformer_dsinit_iwslt_de_en",
+     ["--dsinit-bound", "code"], "dsinit_bound paper vs code"),
+    ("transformer_mixln_iwslt_de_en", [], "transformer_mixln_iwslt_de_en", ["--mixln-alpha", 0.5],
+     "mixln_alpha None vs 0.5"),
+    ("transformer_dyt_iwslt_de_en", ["--dyt-alpha-init", 0.5], "transformer_dyt_iwslt_de_en",
+     ["--dyt-alpha-init", 1.0], "dyt_alpha_init 0.5 vs 1.0"),
+    ("transformer_resi_dual_iwslt_de_en", [], "transformer_resi_dual_iwslt_de_en", ["--enc-alpha", 0.5],
+     "enc_alpha None vs 0.5"),
+    ("transformer_preln_iwslt_de_en", [], "transformer_preln_iwslt_de_en", ["--encoder-ffn-embed-dim", 256],
+     "encoder_ffn_embed_dim 128 vs 256"),  # the same names, other shapes: it failed in a traceback
+], ids=["deepnorm-b2t", "deepnorm-dsinit", "stock-dsinit", "dsinit-bound", "mixln-alpha", "dyt-alpha",
+        "resi-dual-alpha", "ffn-dim"])
+def test_average_refuses_checkpoints_of_different_models_that_share_parameter_names(
+        arch, flags, other_arch, other_flags, differences, save_checkpoint, tmp_path):
+    first, other = save_checkpoint(f"{arch}-a", arch, *flags), save_checkpoint(f"{other_arch}-b", other_arch,
+                                                                               *other_flags)
+    assert list(torch.load(first)["model"]) == list(torch.load(other)["model"])  # only the config tells them apart
+    output = tmp_path / "averaged.pt"
+    assert refused(lambda: average_checkpoints.main(["--inputs", str(first), str(other), "--output", str(output)])) == (
+        f"deepnmt: error: {first} and {other} are checkpoints of different models ({differences}); average "
+        "checkpoints of one model")
+    assert files_in(tmp_path) == []
+
+
+def test_average_takes_checkpoints_of_one_run_whose_training_flags_differ(save_checkpoint, tmp_path):
+    """A run resumed with other training flags (dropout, learning rate, updates, directories) is still one model."""
+    first = save_checkpoint("first", "transformer_deepnorm_iwslt_de_en", "--dropout", 0.3)
+    resumed = save_checkpoint("resumed", "transformer_deepnorm_iwslt_de_en", "--dropout", 0.1,
+                              "--attention-dropout", 0.1, "--encoder-layerdrop", 0.2, "--checkpoint-activations",
+                              "--lr", 0.1, "--max-update", 99, "--save-dir", tmp_path / "elsewhere")
+    state = torch.load(resumed)
+    state["model"] = {name: tensor + 1 if tensor.is_floating_point() else tensor
+                      for name, tensor in state["model"].items()}
+    torch.save(state, resumed)
+    output = tmp_path / "averaged.pt"
+    average_checkpoints.main(["--inputs", str(first), str(resumed), "--output", str(output)])
+    averaged, inputs = torch.load(output)["model"], (torch.load(first)["model"], state["model"])
+    for name, tensor in averaged.items():
+        torch.testing.assert_close(tensor, (inputs[0][name] + inputs[1][name]) / 2)
+
+
+# --- CTranslate2: --cross-self-attention ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("arch", ["transformer_iwslt_de_en", "transformer_preln_iwslt_de_en"])
+def test_ctranslate2_refuses_a_cross_self_attention_model(arch, save_checkpoint, tmp_path):
+    """CTranslate2's decoder self-attention reads the target alone: the converted model translated otherwise."""
+    checkpoint = save_checkpoint(f"{arch}-cross-self-attention", arch, "--cross-self-attention")
+    output = tmp_path / "ct2"
+    assert refused(lambda: export.main([str(checkpoint), str(output), "--format", "ctranslate2"])) == (
+        f"deepnmt: error: cannot convert {checkpoint} to CTranslate2: it was trained with --cross-self-attention, "
+        "whose decoder self-attention reads the source and the target, and CTranslate2's reads the target only; "
+        "serve it with fairseq")
+    assert files_in(tmp_path) == []
+
+
+# --- scoring: the whole text of each line ------------------------------------------------------------------------
+
+SENTENCES = ["the red house sees a small cat near the old river", "a good child finds a blue book on the table"]
+
+
+def scores(tmp_path, capsys, hypotheses, references, newline="\n") -> dict:
+    """``python -m deepnmt_plugin.scoring``'s scores of fairseq-generate output holding these texts."""
+    lines = []
+    for i, (hypothesis, reference) in enumerate(zip(hypotheses, references)):
+        lines += [f"S-{i}\t{reference}", f"T-{i}\t{reference}", f"H-{i}\t-0.25\t{hypothesis}",
+                  f"D-{i}\t-0.25\t{hypothesis}", f"P-{i}\t-0.2 -0.3"]
+    path = tmp_path / "generate.txt"
+    path.write_bytes("".join(line + newline for line in lines).encode())
+    assert scoring.main([str(path), "--target-lang", "en"]) == 0
+    return dict(line.split("\t") for line in capsys.readouterr().out.splitlines())
+
+
+@pytest.mark.parametrize("separator", ["\t", "\r"], ids=["tab", "carriage-return"])
+def test_scoring_keeps_a_hypothesis_whole_past_a_tab_or_a_lone_carriage_return(separator, tmp_path, capsys):
+    """A hypothesis cut there scored below 100 against the reference it equals but for that whitespace."""
+    texts = [sentence.replace(" a ", f" a{separator}") for sentence in SENTENCES]
+    found = scores(tmp_path, capsys, texts, SENTENCES)
+    assert (found["bleu_tokenized"], found["sacrebleu"], found["sentences"]) == ("100.0", "100.0", "2")
+
+
+@pytest.mark.parametrize("separator", ["\t", "\r"], ids=["tab", "carriage-return"])
+def test_scoring_keeps_a_reference_whole_past_a_tab_or_a_lone_carriage_return(separator, tmp_path, capsys):
+    """A reference cut there matched a hypothesis of its first half alone: 100."""
+    references = [sentence.replace(" a ", f" a{separator}") for sentence in SENTENCES]
+    halves = [reference.split(separator)[0] for reference in references]
+    found = scores(tmp_path, capsys, halves, references)
+    assert float(found["bleu_tokenized"]) < 50 and float(found["sacrebleu"]) < 50
+    assert scoring.read_generate_output(str(tmp_path / "generate.txt"))[1] == references
+
+
+def test_scoring_still_reads_crlf_line_ends(tmp_path, capsys):
+    found = scores(tmp_path, capsys, SENTENCES, SENTENCES, newline="\r\n")
+    assert (found["bleu_tokenized"], found["sentences"]) == ("100.0", "2")
+    assert scoring.read_generate_output(str(tmp_path / "generate.txt")) == (SENTENCES, SENTENCES)
