@@ -38,11 +38,13 @@ STOCK = "transformer_iwslt_de_en"
 DEEP = ["transformer_preln_iwslt_de_en", "transformer_deepnorm_iwslt_de_en", "transformer_tfixup_iwslt_de_en",
         "transformer_admin_iwslt_de_en"]
 LATER = [f"transformer_{method}_iwslt_de_en" for method in ("subln", "b2t", "resi_dual", "dlcl", "rezero", "dsinit",
-                                                            "periln", "mixln", "lns", "dyt", "hybridnorm")]
+                                                            "periln", "mixln", "lns", "dyt", "hybridnorm",
+                                                            "denseformer")]
 ARCHS = [STOCK, *DEEP, *LATER]
 TRAINING = {STOCK: WARMUP, **RECIPES, **{arch: WARMUP for arch in LATER}}  # lr, schedule, Admin's task
-# DLCL's weights index layers by position: it refuses LayerDrop and pruning (tests/test_dlcl.py)
-LAYER_INDEXED = ["transformer_dlcl_iwslt_de_en"]
+# DLCL's and DenseFormer's weights index layers by position: they refuse LayerDrop and pruning (tests/test_dlcl.py,
+# tests/test_denseformer.py)
+LAYER_INDEXED = ["transformer_dlcl_iwslt_de_en", "transformer_denseformer_iwslt_de_en"]
 PRUNABLE = [arch for arch in ARCHS if arch not in LAYER_INDEXED]
 TASK = {"transformer_admin_iwslt_de_en": ["--task", "translation_deep"]}
 ENCODER_LAYERS, DECODER_LAYERS = 3, 2

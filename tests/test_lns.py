@@ -56,5 +56,6 @@ def test_a_pruned_model_keeps_the_scales_of_the_layers_it_kept(build_model):
     _, args = build_model("transformer_lns_iwslt_de_en", "--encoder-layers", 4, "--decoder-layers", 3, *SMALL)
     args.encoder_layers_to_keep, args.decoder_layers_to_keep = "1,3", "2"
     model = tasks.setup_task(args).build_model(args)
-    assert [layer.self_attn_layer_norm.scale for layer in model.encoder.layers] == pytest.approx([lns_scale(2), lns_scale(4)])
+    scales = [layer.self_attn_layer_norm.scale for layer in model.encoder.layers]
+    assert scales == pytest.approx([lns_scale(2), lns_scale(4)])
     assert [layer.final_layer_norm.scale for layer in model.decoder.layers] == pytest.approx([lns_scale(3)])

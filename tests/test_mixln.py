@@ -52,7 +52,8 @@ def test_each_layer_computes_fairseqs_post_ln_or_pre_ln_layer(build_model):
                 if side == "encoder":
                     expected = fairseq_layer(x, None)
                 else:
-                    expected = fairseq_layer(x, seen["encoder_out"], None, self_attn_mask=model.decoder.buffered_future_mask(x))[0]
+                    future = model.decoder.buffered_future_mask(x)
+                    expected = fairseq_layer(x, seen["encoder_out"], None, self_attn_mask=future)[0]
             torch.testing.assert_close(seen["outputs"][side][number - 1][0], expected)
     encoder_last = seen["outputs"]["encoder"][-1][0]
     torch.testing.assert_close(seen["encoder_out"], model.encoder.layer_norm(encoder_last))

@@ -56,7 +56,7 @@ PROGRESS_LINE = re.compile(r"\| (?P<kind>train_inner|valid) \|.*?loss[= ](?P<los
 # (ReZero's paper makes no such claim for translation; its code publishes no NMT recipe; the 2024-2026 recipes were
 # all proposed and trained with a warmup).
 WARMUP_METHODS = ("postln", "admin", "deepnorm", "subln", "b2t", "resi_dual", "dlcl", "rezero", "dsinit",
-                  "periln", "mixln", "lns", "dyt", "hybridnorm")
+                  "periln", "mixln", "lns", "dyt", "hybridnorm", "denseformer")
 
 
 @dataclass(frozen=True)

@@ -126,8 +126,9 @@ class DeepLayer:
             setattr(self, f"{sublayer}_pre_norm", layout == "pre")
             setattr(self, f"{sublayer}_post_norm", layout == "post")
             name = "final_layer_norm" if sublayer == "ffn" else f"{sublayer}_layer_norm"  # fairseq's names
-            setattr(self, name, None if layout == "none" else method.norm(sublayer, self.embed_dim, layer_number, export))
-            setattr(self, f"{sublayer}_output_norm", method.norm(f"{sublayer}_output", self.embed_dim, layer_number, export)
+            dim = self.embed_dim
+            setattr(self, name, None if layout == "none" else method.norm(sublayer, dim, layer_number, export))
+            setattr(self, f"{sublayer}_output_norm", method.norm(f"{sublayer}_output", dim, layer_number, export)
                     if method.branch_output_norm else None)
             if method.qkv_norm and sublayer != "ffn":
                 if self.quant_noise > 0:  # fairseq's quant-noise hooks sit on the projections replaced here

@@ -31,6 +31,15 @@ def dlcl_initial_weights(num_layers: int) -> Tensor:
     return mask / mask.sum(dim=1, keepdim=True)
 
 
+def weighted_sum(weights: Tensor, history: List[Tensor]) -> Tensor:
+    """sum_k weights[k] * history[k], accumulated term by term: autograd keeps the history once, not a stacked copy
+    of it, so memory stays linear in depth (DLCL, DenseFormer)."""
+    combined = weights[0] * history[0]
+    for k in range(1, len(history)):
+        combined = combined + weights[k] * history[k]
+    return combined
+
+
 class LayerCombination(StackConnection):
     """``state`` is the layer history G_0(y_0), ..., G_l(y_l); each next input is its W-weighted sum.
 
@@ -50,11 +59,8 @@ class LayerCombination(StackConnection):
         return F.layer_norm(x, x.shape[-1:], self.norm_weight[index], self.norm_bias[index], 1e-5)
 
     def combine(self, row: int, state: List[Tensor]) -> Tensor:
-        """sum_k W[row, k] * state[k], accumulated: autograd keeps the history, not a stacked copy of it."""
-        combined = self.weight[row, 0] * state[0]
-        for k in range(1, len(state)):
-            combined = combined + self.weight[row, k] * state[k]
-        return combined
+        """sum_k W[row, k] * state[k]."""
+        return weighted_sum(self.weight[row], state)
 
     def begin(self, x: Tensor, state: List[Tensor]) -> Tensor:
         state.append(x)

@@ -74,7 +74,8 @@ class DyT(DeepMethod):
         for flag, value in (("--dyt-alpha-init", self.alpha_init),
                             ("--dyt-attention-alpha-init", self.attention_alpha_init)):
             if not value > 0:  # also refuses nan
-                raise ArchitectureError(f"{flag} {value:g}: alpha_0 must be positive (tanh(0 * x) is 0 for every input)")
+                raise ArchitectureError(f"{flag} {value:g}: alpha_0 must be positive "
+                                        "(tanh(0 * x) is 0 for every input)")
 
     def norm(self, role, dim, layer_number, export):
         return DynamicTanh(dim, self.attention_alpha_init if role in ATTENTION_ROLES else self.alpha_init)

@@ -1,0 +1,100 @@
+"""DenseFormer (Pagliardini et al., NeurIPS 2024, "DenseFormer: Enhancing Information Flow in Transformers via
+Depth Weighted Averaging"; epfml/DenseFormer, ``denseformer/denseformer.py``, ``DWAModules``).
+
+Pre-LN layers; after layer i (1-based) a depth-weighted average (DWA) of the embedding output X_0 and the
+layer outputs X_1..X_i is what the next layer reads, ``Y_i = sum_j alpha[i, j] * X_j``, alpha initialised to the
+identity (alpha[i, i] = 1, the rest 0: the code's ``weight.zero_()``, ``weight[0, -1] = 1``), so the model starts as
+Pre-LN. The history holds the layers' own outputs, not the averages (the code's accumulators). The last layer's
+average goes through the stack's final LayerNorm (``ln_f``).
+
+The code's sparsity options: ``--denseformer-dilation k`` (its ``dilation``): the average after layer i reads only
+X_j with j = i mod k (X_0 in the group of multiples of k); ``--denseformer-period p`` (its ``dwa_period``): an
+average after every p-th layer only, the others' outputs passed on as they are. Both 1 by default (the paper's
+DenseFormer; its 48-layer models use 4x5 as a faster variant).
+
+The weights index layers by position, so LayerDrop and pruning are refused, as for DLCL, whose term-by-term weighted
+sum (``dlcl.weighted_sum``, memory linear in depth) computes the averages. fairseq's initialisation is kept.
+"""
+
+from typing import List, Optional
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from deepnmt_plugin.models.dlcl import weighted_sum
+from deepnmt_plugin.models.method import ArchitectureError, DeepMethod, StackConnection, register_method
+
+
+def dwa_mask(num_layers: int, dilation: int) -> Tensor:
+    """(L+1) x (L+1): 1 where the average after layer i (row i) reads X_j: j <= i and j = i mod dilation."""
+    rows, columns = torch.arange(num_layers + 1).unsqueeze(1), torch.arange(num_layers + 1).unsqueeze(0)
+    return ((columns <= rows) & (columns % dilation == rows % dilation)).float()
+
+
+class DepthWeightedAverage(StackConnection):
+    """``state`` is the history X_0 (the embedding output), X_1, ..., X_l; after layer l the next input is the
+    alpha-weighted sum of its dilation group (row l of ``weight``, masked), on every ``period``-th layer."""
+
+    def __init__(self, num_layers: int, dilation: int, period: int):
+        super().__init__()
+        self.dilation, self.period = dilation, period
+        self.weight = nn.Parameter(torch.eye(num_layers + 1))
+        self.register_buffer("mask", dwa_mask(num_layers, dilation), persistent=False)
+
+    def begin(self, x: Tensor, state: List[Tensor]) -> Tensor:
+        state.append(x)
+        return x
+
+    def next_input(self, index: int, x: Tensor, branches: Optional[Tensor], state: List[Tensor]) -> Tensor:
+        state.append(x)
+        row = index + 1
+        if row % self.period != 0:
+            return x
+        return weighted_sum(self.weight[row] * self.mask[row], state)
+
+    def extra_repr(self) -> str:
+        return f"layers={self.weight.size(0) - 1}, dilation={self.dilation}, period={self.period}"
+
+
+@register_method
+class DenseFormer(DeepMethod):
+    name = "denseformer"
+    layer_norm = "pre"
+    flag_names = ("denseformer_dilation", "denseformer_period")
+    export_refusal = "every DenseFormer layer reads a learned average of all earlier ones, which stock fairseq does not"
+
+    def __init__(self, encoder_layers: int, decoder_layers: int, dilation: int = 1, period: int = 1):
+        super().__init__(encoder_layers, decoder_layers)
+        self.dilation, self.period = dilation, period
+
+    @classmethod
+    def add_args(cls, parser) -> None:
+        parser.add_argument("--denseformer-dilation", type=int, default=None,
+                            help="transformer_denseformer: each average reads every k-th earlier output (default 1)")
+        parser.add_argument("--denseformer-period", type=int, default=None,
+                            help="transformer_denseformer: an average after every p-th layer only (default 1)")
+
+    @classmethod
+    def from_config(cls, cfg) -> "DenseFormer":
+        method = super().from_config(cfg)
+        method.dilation = getattr(cfg, "denseformer_dilation", None) or 1
+        method.period = getattr(cfg, "denseformer_period", None) or 1
+        return method
+
+    def check_args(self, args, arch: str) -> None:
+        super().check_args(args, arch)
+        for flag in ("denseformer_dilation", "denseformer_period"):
+            value = getattr(args, flag, None)
+            if value is not None and value < 1:
+                raise ArchitectureError(f"--{flag.replace('_', '-')} {value}: give a whole number of at least 1")
+        for side in ("encoder", "decoder"):
+            if getattr(args, f"{side}_layerdrop", 0) > 0:
+                raise ArchitectureError(f"--{side}-layerdrop is not supported by --arch {arch}: DenseFormer's weights "
+                                        "index the layers by position, and LayerDrop removes some")
+            if getattr(args, f"{side}_layers_to_keep", None):
+                raise ArchitectureError(f"{side}_layers_to_keep is not supported by --arch {arch}: every DenseFormer "
+                                        "layer reads all earlier ones through its trained weights")
+
+    def stack_connection(self, side: str, embed_dim: int, num_layers: int) -> nn.Module:
+        return DepthWeightedAverage(num_layers, self.dilation, self.period)
