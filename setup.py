@@ -1,6 +1,6 @@
 """deepnmt: the published ways to train deep Transformers (Admin, DeepNorm, T-Fixup, Pre-LN, Sub-LN, B2T,
-ResiDual, DLCL, ReZero, DS-Init, Peri-LN, Mix-LN, LayerNorm Scaling, DyT, HybridNorm, DenseFormer) as a fairseq
-plugin.
+ResiDual, DLCL, ReZero, DS-Init, Peri-LN, Mix-LN, LayerNorm Scaling, DyT, HybridNorm, DenseFormer, σReparam) as a
+fairseq plugin.
 
 Install with ``bash scripts/install.sh`` (it installs torch and fairseq-fixed first, in the order
 their builds need); ``pip install --no-build-isolation -e .`` alone works once those are present.
@@ -12,7 +12,7 @@ setup(
     name="deepnmt",
     version="0.1.0",
     description="Deep Transformer recipes (Admin, DeepNorm, T-Fixup, Pre-LN, Sub-LN, B2T, ResiDual, DLCL, ReZero, DS-Init, "
-                "Peri-LN, Mix-LN, LayerNorm Scaling, DyT, HybridNorm, DenseFormer) for fairseq NMT",
+                "Peri-LN, Mix-LN, LayerNorm Scaling, DyT, HybridNorm, DenseFormer, σReparam) for fairseq NMT",
     packages=find_packages(include=["deepnmt_plugin", "deepnmt_plugin.*"]),
     python_requires=">=3.9",
     install_requires=[

@@ -33,8 +33,8 @@ Each recipe is re-parameterised as a stock layout computing the same function (e
 * LayerNorm Scaling: Pre-LN whose sublayer LayerNorms in layer l are scaled by 1/sqrt(l); ``LN(x) * s`` is the
   LayerNorm with weight and bias times s, so the model is exported as Pre-LN with those folded in.
 * T-Fixup, ReZero, DyT (no LayerNorm), Sub-LN, Peri-LN, HybridNorm (norms inside the branch), Mix-LN (two
-  layouts in one stack), B2T, ResiDual, DLCL and DenseFormer (connections across sublayers or layers) have no stock
-  layout: refused in one line, the recipe's ``export_refusal``.
+  layouts in one stack), σReparam (weights rescaled at every step), B2T, ResiDual, DLCL and DenseFormer (connections
+  across sublayers or layers) have no stock layout: refused in one line, the recipe's ``export_refusal``.
 """
 
 import argparse

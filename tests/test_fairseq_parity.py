@@ -39,7 +39,7 @@ DEEP = ["transformer_preln_iwslt_de_en", "transformer_deepnorm_iwslt_de_en", "tr
         "transformer_admin_iwslt_de_en"]
 LATER = [f"transformer_{method}_iwslt_de_en" for method in ("subln", "b2t", "resi_dual", "dlcl", "rezero", "dsinit",
                                                             "periln", "mixln", "lns", "dyt", "hybridnorm",
-                                                            "denseformer")]
+                                                            "denseformer", "sigma")]
 ARCHS = [STOCK, *DEEP, *LATER]
 TRAINING = {STOCK: WARMUP, **RECIPES, **{arch: WARMUP for arch in LATER}}  # lr, schedule, Admin's task
 # DLCL's and DenseFormer's weights index layers by position: they refuse LayerDrop and pruning (tests/test_dlcl.py,
@@ -143,9 +143,10 @@ def test_retain_dropout_modules_by_fairseq_names_and_ours(arch, names, build_mod
     assert len(retained) == 1 + 2 * 2  # the encoder's, and each layer's dropout and activation dropout
 
 
-# refused where the recipe replaces the projections fairseq hooks: test_subln.py, test_hybridnorm.py
+# refused where the recipe replaces the projections fairseq hooks: test_subln.py, test_hybridnorm.py, test_sigma.py
 @pytest.mark.parametrize("arch", [a for a in ARCHS if a not in ("transformer_subln_iwslt_de_en",
-                                                                "transformer_hybridnorm_iwslt_de_en")])
+                                                                "transformer_hybridnorm_iwslt_de_en",
+                                                                "transformer_sigma_iwslt_de_en")])
 def test_quant_noise_hooks_the_projections_fairseq_hooks(arch, build_model):
     flags = ("--quant-noise-pq", 0.5, "--quant-noise-pq-block-size", 8, "--dropout", 0)
     model, _ = tiny(build_model, arch, *flags)

@@ -40,9 +40,10 @@ METHODS = {  # method -> arch; the benchmarks' dims override every size the arch
     "dyt": "transformer_dyt",
     "hybridnorm": "transformer_hybridnorm",
     "denseformer": "transformer_denseformer",
+    "sigma": "transformer_sigma",
 }
 FOUNDING = ("postln", "preln", "admin", "deepnorm", "tfixup")  # solid lines in the plots
-RECENT = ("periln", "mixln", "lns", "dyt", "hybridnorm", "denseformer")  # the 2024-2026 recipes: dotted; the 2019-2023 ones dashed
+RECENT = ("periln", "mixln", "lns", "dyt", "hybridnorm", "denseformer", "sigma")  # the 2024-2026 recipes: dotted; the 2019-2023 ones dashed
 FINISHED, FAILED = "finished", "failed"  # a run's outcome besides DIVERGED: it ran to its end, or it crashed
 LABEL_SMOOTHING = 0.1  # every benchmark run's; the unigram plateau depends on it
 STALLED, STILL_LEARNING, TRAINED = "stalled at the unigram plateau", "still learning", "trained"

@@ -52,9 +52,9 @@ PROGRESS_EVERY = 100
 MEASURE_EVERY = 30  # seconds
 SAMPLES = 6  # test sentences kept per cell (result.json) and shown in samples.md
 PROGRESS_LINE = re.compile(r"\| (?P<kind>train_inner|valid) \|.*?loss[= ](?P<loss>[^,\s|]+).*?num_updates[= ](?P<update>\d+)")
-# Every recipe warms up in its authors' training settings but T-Fixup and Pre-LN, proposed to need no warmup
-# (ReZero's paper makes no such claim for translation; its code publishes no NMT recipe; the 2024-2026 recipes were
-# all proposed and trained with a warmup).
+# Every recipe warms up in its authors' training settings but T-Fixup, Pre-LN and σReparam, proposed to need no
+# warmup (ReZero's paper makes no such claim for translation; its code publishes no NMT recipe; the 2024-2026 recipes
+# were all proposed and trained with a warmup).
 WARMUP_METHODS = ("postln", "admin", "deepnorm", "subln", "b2t", "resi_dual", "dlcl", "rezero", "dsinit",
                   "periln", "mixln", "lns", "dyt", "hybridnorm", "denseformer")
 

@@ -117,6 +117,14 @@ class DeepLayer:
         norms, its residual sum. Called by the stack in layer order, as fairseq builds its layers without telling them
         their place; builds nothing that draws from the random stream."""
         self.branch_sum = method.branch_sum
+        self.fc1, self.fc2 = method.linear(self.fc1), method.linear(self.fc2)
+        for attention in (self.self_attn, getattr(self, "encoder_attn", None)):
+            for projection in ("q_proj", "k_proj", "v_proj", "out_proj") if attention is not None else ():
+                linear = getattr(attention, projection)
+                replaced = method.linear(linear)
+                if replaced is not linear:
+                    setattr(attention, projection, replaced)
+                    attention._set_skip_embed_dim_check()  # torch's fused attention would read the raw weight
         sublayers = ["self_attn", "encoder_attn", "ffn"] if getattr(self, "encoder_attn", None) is not None \
             else ["self_attn", "ffn"]
         if hasattr(self, "encoder_attn"):  # a decoder layer's flags, also where --no-cross-attention builds none

@@ -9,6 +9,7 @@ A recipe (``DeepMethod``) decides, each in one named place:
 * which normalisation module each of those places builds (``norm``): fairseq's LayerNorm by default,
   DyT's ``tanh``, LayerNorm Scaling's LayerNorm times 1/sqrt(l); and whether attention normalises its queries,
   keys and values (``qkv_norm``, HybridNorm);
+* how each projection of a layer uses its weight (``linear``): as it is, or σReparam's ``gamma / sigma(W) * W``;
 * the residual sum of every sublayer of a layer (``residuals``), joining the sublayer input x_{i-1},
   the branch output f_i and the layer's input x_0 (which only B2T reads): ``x + f``, DeepNorm's
   ``alpha * x + f``, ReZero's ``x + a * f`` with one ``a`` per layer; with "post", ``x_i = LN(sum)``;
@@ -166,6 +167,11 @@ class DeepMethod:
         final one ("final") or the embedding's ("embedding", with ``--layernorm-embedding``). ``layer_number`` is the layer's 1-based number in
         the trained stack (None for the stack's own). fairseq's LayerNorm by default."""
         return LayerNorm(dim, export=export)
+
+    def linear(self, linear: nn.Linear) -> nn.Linear:
+        """How a layer's projection (attention q/k/v/out, FFN fc1/fc2) uses its weight: as it is by default; σReparam
+        rescales it by its spectral norm. Builds nothing that draws from the random stream (``initialize`` may)."""
+        return linear
 
     def residual(self, side: str, embed_dim: int) -> nn.Module:
         """The residual sum of one sublayer of the ``side`` ("encoder" or "decoder") stack."""
