@@ -25,24 +25,10 @@ from typing import List, Optional
 import torch
 
 from deepnmt_plugin import compat
-from deepnmt_plugin.models.deep_transformer import DeepTransformerModel
+from deepnmt_plugin.model_flags import as_dict, differing_model_flags
 
 # The names fairseq-train gives its checkpoints: checkpoint_last.pt, its resume point, and the others (compat).
 TRAINING_CHECKPOINT = re.compile(r"checkpoint_last\.pt|" + compat.SAVED_CHECKPOINT.format(suffix=""))
-
-# Flags that may differ between checkpoints of one training run (changed when it resumed) without changing what its
-# parameters compute; every other flag the model declares defines the model.
-RUN_FLAGS = {
-    # regularisation, active in training only
-    "dropout", "attention_dropout", "activation_dropout", "relu_dropout", "adaptive_softmax_dropout",
-    "encoder_layerdrop", "decoder_layerdrop", "quant_noise_pq", "quant_noise_pq_block_size", "quant_noise_scalar",
-    # memory: activations recomputed or offloaded in the backward pass, FSDP's wrapping
-    "checkpoint_activations", "offload_activations", "min_params_to_wrap",
-    # fairseq's TorchScript-exportable LayerNorm instead of the fused one: the same function
-    "export",
-    # a file of embeddings read only to initialise them (trained on since), named by a path that may move on resume
-    "encoder_embed_path", "decoder_embed_path",
-}
 
 
 class AverageError(SystemExit):
@@ -52,32 +38,9 @@ class AverageError(SystemExit):
         super().__init__(f"deepnmt: error: {message}")
 
 
-def model_flags() -> List[str]:
-    """What defines a model: the arch, the recipe and depth the arch records (``deep_method``, ``recipe_layers``), and
-    the flags of fairseq's transformer and of every recipe, but RUN_FLAGS. fairseq-train saves its whole command line
-    as ``cfg['model']``; the rest of it (learning rate, updates, paths, ``_name``, which repeats the arch) is
-    training's."""
-    parser = argparse.ArgumentParser()
-    DeepTransformerModel.add_args(parser)
-    declared = vars(parser.parse_args([]))
-    return ["arch", "deep_method", "recipe_layers", *(name for name in declared if name not in RUN_FLAGS)]
-
-
-MODEL_FLAGS = model_flags()
-
-
-def model_config(state: dict) -> dict:
-    """A checkpoint's model flags as a dict: ``cfg['model']`` (a dict or fairseq's Namespace), or a legacy ``args``."""
-    model_cfg = state["cfg"].get("model") if state.get("cfg") else state.get("args")
-    return vars(model_cfg) if isinstance(model_cfg, argparse.Namespace) else dict(model_cfg or {})
-
-
-def model_differences(first: dict, other: dict) -> List[str]:
-    """``flag A vs B`` for every model flag both checkpoints record with different values (a flag one lacks, saved
-    by another fairseq or plugin version, is not known to differ)."""
-    first_cfg, other_cfg = model_config(first), model_config(other)
-    return [f"{name} {first_cfg[name]} vs {other_cfg[name]}" for name in MODEL_FLAGS
-            if name in first_cfg and name in other_cfg and first_cfg[name] != other_cfg[name]]
+def model_config(state: dict):
+    """A checkpoint's model flags: ``cfg['model']``, or a legacy checkpoint's ``args``."""
+    return state["cfg"].get("model") if state.get("cfg") else state.get("args")
 
 
 def average_checkpoints(inputs: List[str]) -> dict:
@@ -90,7 +53,8 @@ def average_checkpoints(inputs: List[str]) -> dict:
         model = state["model"]
         if sums and list(model) != list(sums):
             raise AverageError(f"{path} has other parameters than {inputs[0]}; average checkpoints of one model")
-        differences = model_differences(new_state, state)
+        first_cfg, cfg = as_dict(model_config(new_state)), as_dict(model_config(state))
+        differences = [f"{name} {first_cfg[name]} vs {cfg[name]}" for name in differing_model_flags(first_cfg, cfg)]
         if differences:  # the same parameter names: the result would compute neither model, under the first's arch
             raise AverageError(f"{inputs[0]} and {path} are checkpoints of different models "
                                f"({', '.join(differences)}); average checkpoints of one model")

@@ -260,33 +260,44 @@ def _resume_from_an_intact_checkpoint(load_checkpoint):
 
 
 # The model flags that decide which parameters a model has, and their shapes.
-MODEL_LAYOUT_FLAGS = ("arch", "encoder_layers", "decoder_layers", "encoder_embed_dim", "decoder_embed_dim",
-                      "encoder_ffn_embed_dim", "decoder_ffn_embed_dim", "share_all_embeddings",
-                      "share_decoder_input_output_embed")
-
-
 def _refuse_another_model(load_checkpoint):
-    """Resumed with other model flags than its checkpoint was trained with (another --encoder-layers), fairseq fails
-    to load the parameters in a traceback that names no flag ("please ensure that the architectures match"). Name
-    the flags and both values in one line; nothing is saved before the checkpoint is loaded."""
+    """Resumed with other model flags than its checkpoint was trained with, fairseq either fails to load the parameters
+    in a traceback that names no flag (another --encoder-layers: "please ensure that the architectures match") or,
+    where the shapes fit, trains on as another model and saves it under the new flags (another --arch, another
+    recipe constant such as ResiDual's --enc-alpha). Name the flags and both values in one line before anything is
+    loaded or saved. A start from a checkpoint's weights with the optimizer reset (--finetune-from-model,
+    --reset-optimizer) is a new training and may change the model."""
 
     @functools.wraps(load_checkpoint)
-    def load(self, filename, *args, **kwargs):
+    def load(self, filename, reset_optimizer=False, *args, **kwargs):
+        # imported here: the recipes' flags are known once the models are registered, after fairseq is patched
+        from deepnmt_plugin.model_flags import ARCH_RECORDED, as_dict, differing_model_flags
+
+        def refuse(reason: str):
+            raise SystemExit(f"deepnmt: error: cannot resume from {filename}: {reason}; give the flags it was trained "
+                             "with, or another --save-dir") from None
+
+        def other_flags(saved, given) -> str:
+            differing = differing_model_flags(saved, given)
+            names = [name for name in differing if name not in ARCH_RECORDED] or differing  # the flags a user gives
+
+            def flags(model_cfg) -> str:
+                return " ".join(f"--{name.replace('_', '-')} {model_cfg.get(name)}" for name in names)
+
+            return names and f"it was trained with {flags(as_dict(saved))}, not {flags(as_dict(given))}"
+
+        if not reset_optimizer and os.path.exists(filename):
+            saved = checkpoint_utils.load_checkpoint_to_cpu(filename).get("cfg") or {}
+            reason = saved and other_flags(saved["model"], self.cfg.model)
+            if reason:
+                refuse(reason)
         try:
-            return load_checkpoint(self, filename, *args, **kwargs)
+            return load_checkpoint(self, filename, reset_optimizer, *args, **kwargs)
         except Exception as error:
             if not str(error).startswith("Cannot load model parameters from checkpoint"):
                 raise
-            saved, given = checkpoint_utils.load_checkpoint_to_cpu(filename)["cfg"]["model"], self.cfg.model
-            differing = [name for name in MODEL_LAYOUT_FLAGS if getattr(saved, name, None) != getattr(given, name, None)]
-
-            def flags(model_cfg) -> str:
-                return " ".join(f"--{name.replace('_', '-')} {getattr(model_cfg, name, None)}" for name in differing)
-
-            reason = (f"it was trained with {flags(saved)}, not {flags(given)}" if differing
-                      else "its parameters do not fit the model these flags build")
-            raise SystemExit(f"deepnmt: error: cannot resume from {filename}: {reason}; give the flags it was trained "
-                             "with, or another --save-dir") from None
+            refuse(other_flags(checkpoint_utils.load_checkpoint_to_cpu(filename)["cfg"]["model"], self.cfg.model)
+                   or "its parameters do not fit the model these flags build")
 
     load.deepnmt_wrapped = True
     return load

@@ -253,6 +253,35 @@ def test_resuming_with_other_layers_names_both_values_and_overwrites_nothing(toy
     assert {name: (tmp_path / name).read_bytes() for name in files_in(tmp_path)} == before
 
 
+@pytest.mark.parametrize("first, resumed, trained_with, given", [
+    # the same parameter names and shapes: fairseq would train on as the other recipe and save it so
+    (["--arch", "transformer_deepnorm_iwslt_de_en"], ["--arch", "transformer_b2t_iwslt_de_en"],
+     "--arch transformer_deepnorm_iwslt_de_en", "--arch transformer_b2t_iwslt_de_en"),
+    (["--arch", "transformer_resi_dual_iwslt_de_en"], ["--arch", "transformer_resi_dual_iwslt_de_en", "--enc-alpha", 0.5],
+     "--enc-alpha None", "--enc-alpha 0.5"),
+    (["--arch", "transformer_mixln_iwslt_de_en", "--mixln-alpha", 0.5],
+     ["--arch", "transformer_mixln_iwslt_de_en", "--mixln-alpha", 0.25], "--mixln-alpha 0.5", "--mixln-alpha 0.25"),
+], ids=["arch", "recipe-constant", "mixln-alpha"])
+def test_resuming_as_another_model_is_refused_before_anything_is_loaded(first, resumed, trained_with, given, toy_data,
+                                                                        tmp_path):
+    train(toy_data, tmp_path, first[1], 2, *first[2:])
+    before = {name: (tmp_path / name).read_bytes() for name in files_in(tmp_path)}
+    result = train(toy_data, tmp_path, resumed[1], 4, *resumed[2:], check=False)
+    assert refused(result) == (f"deepnmt: error: cannot resume from {tmp_path}/checkpoint_last.pt: it was trained with "
+                               f"{trained_with}, not {given}; give the flags it was trained with, or another --save-dir")
+    assert {name: (tmp_path / name).read_bytes() for name in files_in(tmp_path)} == before
+
+
+def test_resuming_with_other_training_flags_or_a_reset_optimizer_goes_on(toy_data, tmp_path):
+    """Dropout, layerdrop, activation checkpointing: the same model; --reset-optimizer: a new training from its weights,
+    which may change the model."""
+    train(toy_data, tmp_path, "transformer_mixln_iwslt_de_en", 2)
+    train(toy_data, tmp_path, "transformer_mixln_iwslt_de_en", 3, "--dropout", 0.3, "--checkpoint-activations")
+    train(toy_data, tmp_path, "transformer_mixln_iwslt_de_en", 4, "--mixln-alpha", 0.5, "--reset-optimizer")
+    state = torch.load(tmp_path / "checkpoint_last.pt", weights_only=False)
+    assert state["optimizer_history"][-1]["num_updates"] == 4 and state["cfg"]["model"].mixln_alpha == 0.5
+
+
 def test_a_killed_reproduction_driver_takes_its_trainer_along(tmp_path, no_process_left):
     """reproduce.run_logged (every step of the reproduction scripts: fairseq-train, torchrun, generate) owns its child
     as the depth drivers do; here the child is a stand-in that would run for ten minutes."""

@@ -20,6 +20,9 @@ RECIPES = {  # 2 + 2 layers; Admin needs the translation_deep task, T-Fixup its 
     "transformer_rezero_iwslt_de_en": WARMUP,
     "transformer_resi_dual_iwslt_de_en": WARMUP,
     "transformer_dlcl_iwslt_de_en": WARMUP,
+    # recipes a resume must not turn into one another (test_faults_training.py)
+    "transformer_b2t_iwslt_de_en": WARMUP,
+    "transformer_mixln_iwslt_de_en": WARMUP,
 }
 KILLED_AT, END = 8, 16  # mid-epoch 1 (11 updates an epoch); a run resumed there crosses into epoch 2
 SAVE_EVERY = ["--save-interval-updates", 4]
