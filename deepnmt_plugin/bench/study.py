@@ -326,13 +326,19 @@ def read_record(path: Path) -> Optional[dict]:
 def check_reusable(workdir: Path, plan: List[Cell], preset: StudyPreset, corpus: Optional[dict]) -> None:
     """Stop, before anything trains, where a cell of the plan was finished or started under another budget or on
     another corpus: its number would be reported as this study's, or a resume would mix two budgets in one record."""
+    def schedule(kept: dict) -> dict:
+        """A started cell's budget but its length: updates up to the stop are the same whatever --max-update the run
+        ends at (the study's inverse_sqrt schedules do not read it), so it may resume under another one."""
+        return {key: value for key, value in kept.items() if key != "max_update"}
+
     for cell in plan:
-        for record_name, done in (("result.json", "trained"), ("train.json", "started")):
+        for record_name, done, same in (("result.json", "trained", lambda kept: kept),
+                                         ("train.json", "started", schedule)):
             path = workdir / cell.name / record_name
             record = read_record(path)
             if record is None or "budget" not in record:  # train.json of a cell started before it kept its budget
                 continue
-            if record["budget"] != budget(preset):
+            if same(record["budget"]) != same(budget(preset)):
                 raise SystemExit(f"deepnmt: error: {path.parent} was {done} under another budget than "
                                  f"{budget(preset)}; give this study another --workdir")
             if "corpus" in record and (record["corpus"] or {}).get("checksum") != (corpus or {}).get("checksum"):
