@@ -147,11 +147,24 @@ class Reproduction:
         unknown = set(methods) - set(self.config["methods"])
         if unknown:
             raise SystemExit(f"deepnmt: error: unknown methods {sorted(unknown)}; this table has {list(self.config['methods'])}")
-        depths = self.args.depths or self.config["depths"]
+        # a depth as the table spells it (6, 60-12), however it was given (06, 6-6): the runs are looked up by it
+        spelled = {parse_depth(depth): depth for depth in self.config["depths"]}
+        chosen = self.args.depths or self.config["depths"]
+        unknown = [depth for depth in chosen if parse_depth(depth) not in spelled]
+        if unknown:
+            raise SystemExit(f"deepnmt: error: unknown depths {unknown}; this table has "
+                             f"{[str(depth) for depth in self.config['depths']]}")
+        depths = [spelled[parse_depth(depth)] for depth in chosen]
         seeds = self.args.seeds or self.config.get("seeds", [1])
         method_depths = {method: {str(d) for d in ds} for method, ds in self.config.get("method_depths", {}).items()}
-        return [Run(m, *parse_depth(d), s) for m in methods for d in depths for s in seeds
+        runs = [Run(m, *parse_depth(d), s) for m in methods for d in depths for s in seeds
                 if m not in method_depths or str(d) in method_depths[m]]
+        if not runs:
+            raise SystemExit(f"deepnmt: error: no run of this table has a method of {methods} at a depth of "
+                             f"{[str(depth) for depth in depths]}; its methods' depths: "
+                             + "; ".join(f"{m} {sorted(method_depths.get(m, map(str, self.config['depths'])))}"
+                                         for m in methods))
+        return runs
 
     def hardware_flags(self) -> List[str]:
         flags = [] if self.on_cuda else ["--cpu"]

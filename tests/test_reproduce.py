@@ -102,6 +102,27 @@ def test_a_method_runs_only_at_its_depths():
     assert "--arch transformer_tfixup_big " in big and re.findall(r"--dropout (\S+)", big)[-1] == "0.3"
 
 
+@pytest.mark.parametrize("methods, depths, expected", [
+    (["tfixup_big"], ["06"], ["tfixup_big_6L_seed1"]),  # a method with depths of its own: no run was selected
+    (["tfixup_big"], ["6-6"], ["tfixup_big_6L_seed1"]),
+    (["tfixup", "tfixup_big"], ["6", "030"], ["tfixup_6L_seed1", "tfixup_30L_seed1", "tfixup_big_6L_seed1"]),
+])
+def test_a_depth_is_taken_however_it_is_spelled(methods, depths, expected):
+    out = dry_run("tfixup_wmt17_en_de", "--gpus", "8", "--methods", *methods, "--depths", *depths)
+    assert [line.split(" train: ")[0].split("] ")[1] for line in out.splitlines() if " train: " in line] == expected
+
+
+@pytest.mark.parametrize("depths, message", [
+    (["12"], r"^deepnmt: error: unknown depths \['12'\]; this table has \['6', '20', '30'\]$"),
+    (["30"], r"^deepnmt: error: no run of this table has a method of \['tfixup_big'\] at a depth of \['30'\]; its "
+             r"methods' depths: tfixup_big \['6'\]$"),
+])
+def test_depths_that_select_no_run_are_refused_in_one_line(depths, message):
+    with pytest.raises(SystemExit, match=message):
+        dry_run("tfixup_wmt17_en_de", "--gpus", "8", "--methods", "tfixup_big" if depths == ["30"] else "tfixup",
+                "--depths", *depths)
+
+
 @pytest.mark.parametrize("extra, message", [
     ({"batch_by_depth": {"60-12": {"tokens_per_update": 8}}}, r"names depths \['60-12'\] that are not among its depths"),
     ({"method_depths": {"admin": [6, 12]}}, r"names depths \['12'\] that are not among its depths"),
