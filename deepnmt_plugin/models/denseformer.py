@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from deepnmt_plugin.models.dlcl import weighted_sum
+from deepnmt_plugin.models.dlcl import refuse_removing_layers, weighted_sum
 from deepnmt_plugin.models.method import ArchitectureError, DeepMethod, StackConnection, register_method
 
 
@@ -88,13 +88,7 @@ class DenseFormer(DeepMethod):
             value = getattr(args, flag, None)
             if value is not None and value < 1:
                 raise ArchitectureError(f"--{flag.replace('_', '-')} {value}: give a whole number of at least 1")
-        for side in ("encoder", "decoder"):
-            if getattr(args, f"{side}_layerdrop", 0) > 0:
-                raise ArchitectureError(f"--{side}-layerdrop is not supported by --arch {arch}: DenseFormer's weights "
-                                        "index the layers by position, and LayerDrop removes some")
-            if getattr(args, f"{side}_layers_to_keep", None):
-                raise ArchitectureError(f"{side}_layers_to_keep is not supported by --arch {arch}: every DenseFormer "
-                                        "layer reads all earlier ones through its trained weights")
+        refuse_removing_layers(args, arch, "DenseFormer")
 
     def stack_connection(self, side: str, embed_dim: int, num_layers: int) -> nn.Module:
         return DepthWeightedAverage(num_layers, self.dilation, self.period)

@@ -40,6 +40,17 @@ def weighted_sum(weights: Tensor, history: List[Tensor]) -> Tensor:
     return combined
 
 
+def refuse_removing_layers(args, arch: str, recipe: str) -> None:
+    """LayerDrop and pruning, refused for a recipe whose weights across layers index them by position."""
+    for side in ("encoder", "decoder"):
+        if getattr(args, f"{side}_layerdrop", 0) > 0:
+            raise ArchitectureError(f"--{side}-layerdrop is not supported by --arch {arch}: {recipe}'s weights "
+                                    "index the layers by position, and LayerDrop removes some")
+        if getattr(args, f"{side}_layers_to_keep", None):
+            raise ArchitectureError(f"{side}_layers_to_keep is not supported by --arch {arch}: every {recipe} "
+                                    "layer reads all earlier ones through its trained weights")
+
+
 class LayerCombination(StackConnection):
     """``state`` is the layer history G_0(y_0), ..., G_l(y_l); each next input is its W-weighted sum.
 
@@ -99,13 +110,7 @@ class DLCL(DeepMethod):
 
     def check_args(self, args, arch: str) -> None:
         super().check_args(args, arch)
-        for side in ("encoder", "decoder"):
-            if getattr(args, f"{side}_layerdrop", 0) > 0:
-                raise ArchitectureError(f"--{side}-layerdrop is not supported by --arch {arch}: DLCL's weights "
-                                        "index the layers by position, and LayerDrop removes some")
-            if getattr(args, f"{side}_layers_to_keep", None):
-                raise ArchitectureError(f"{side}_layers_to_keep is not supported by --arch {arch}: every DLCL "
-                                        "layer reads all earlier ones through its trained weights")
+        refuse_removing_layers(args, arch, "DLCL")
 
     def stack_connection(self, side: str, embed_dim: int, num_layers: int) -> nn.Module:
         return LayerCombination(embed_dim, num_layers, post_norm=self.layer_norm == "post")
