@@ -33,8 +33,8 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 from torch import Tensor
 
 from deepnmt_plugin.models.admin import OMEGA_UNSET
-from deepnmt_plugin.models.method import (METHODS, ArchitectureError, all_layers, check_depth, method_for,
-                                          record_recipe_layers, trained_layer_numbers)
+from deepnmt_plugin.models.method import (METHODS, AdoptedLinear, ArchitectureError, all_layers, check_depth,
+                                          method_for, record_recipe_layers, trained_layer_numbers)
 
 
 def _wrap_like_fairseq(layer, cfg):
@@ -80,14 +80,12 @@ class NormalizedInputLinear(nn.Linear):
         return F.linear(self.layer_norm(x), self.weight, self.bias)
 
 
-class HeadNormalizedLinear(nn.Linear):
+class HeadNormalizedLinear(AdoptedLinear):
     """``norm(linear(x))`` with the norm over each head's features (HybridNorm's q/k/v norms): the projection keeps its
     own parameter names (``q_proj.weight``), the norm is its child, shared by the heads."""
 
     def __init__(self, linear: nn.Linear, norm: nn.Module, head_dim: int):
-        nn.Module.__init__(self)  # not nn.Linear's: it would draw a fresh weight from the random stream
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.weight, self.bias = linear.weight, linear.bias
+        super().__init__(linear)
         self.norm, self.head_dim = norm, head_dim
 
     def forward(self, x: Tensor) -> Tensor:

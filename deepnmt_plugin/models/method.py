@@ -60,6 +60,16 @@ class PlainResidual(nn.Module):
         return x + f
 
 
+class AdoptedLinear(nn.Linear):
+    """A projection that takes over a built ``nn.Linear``'s parameters under their names (``q_proj.weight``), for a
+    recipe that changes how the projection computes; subclasses set its ``forward``."""
+
+    def __init__(self, linear: nn.Linear):
+        nn.Module.__init__(self)  # not nn.Linear's: it would draw a fresh weight from the random stream
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight, self.bias = linear.weight, linear.bias
+
+
 class StackConnection(nn.Module):
     """How a stack's layers are joined; this default is the plain chain: layer l+1 reads layer l's output.
 

@@ -20,7 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from deepnmt_plugin.models.method import ArchitectureError, DeepMethod, all_layers, register_method
+from deepnmt_plugin.models.method import AdoptedLinear, ArchitectureError, DeepMethod, all_layers, register_method
 
 DEFAULT_INIT_GAIN = 1.0
 
@@ -34,14 +34,12 @@ def spectral_init_(linear: "SigmaReparamLinear", std: float) -> None:
         linear.gamma.fill_(singular_values[0].item())
 
 
-class SigmaReparamLinear(nn.Linear):
+class SigmaReparamLinear(AdoptedLinear):
     """``F.linear(x, gamma / sigma(W) * W, b)``; keeps the projection's parameter names (``weight``, ``bias``) and adds
     ``gamma`` and the buffer ``u``."""
 
     def __init__(self, linear: nn.Linear):
-        nn.Module.__init__(self)  # not nn.Linear's: it would draw a fresh weight from the random stream
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.weight, self.bias = linear.weight, linear.bias
+        super().__init__(linear)
         self.gamma = nn.Parameter(torch.ones(1))
         self.register_buffer("u", F.normalize(torch.ones(linear.in_features), dim=0))  # set by spectral_init_
 
