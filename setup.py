@@ -35,9 +35,10 @@ setup(
         "ctranslate2==4.8.5",
     ],
     # pytest-xdist runs the tests on every core (pytest.ini); the authors' packages the tests compare our layers with
-    # (torchscale: scripts/install.sh, without its deps; x-transformers for Peri-LN's sandwich norm and DyT)
+    # (torchscale: scripts/install.sh, without its deps; x-transformers for Peri-LN's sandwich norm and DyT;
+    # hyper-connections for Hyper-Connections and mHC)
     extras_require={"test": ["pytest", "pytest-xdist>=3.5", "rezero==0.1.0", "admin-torch==0.1.0",
-                             "x-transformers==2.31.10"]},
+                             "x-transformers==2.31.10", "hyper-connections==0.4.11"]},
     entry_points={"console_scripts": [
         "deepnmt-user-dir=deepnmt_plugin.cli:print_user_dir",
         "deepnmt-export=deepnmt_plugin.export:main",

@@ -17,7 +17,7 @@ RECIPES = {
     # the later recipes, each with the short warmup its authors' recipes scale up
     **{f"transformer_{method}_iwslt_de_en": ["--lr", "2e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "50"]
        for method in ("subln", "b2t", "resi_dual", "dlcl", "rezero", "dsinit", "periln", "mixln", "lns", "dyt",
-                      "hybridnorm", "denseformer")},
+                      "hybridnorm", "denseformer", "hyper")},
     # σReparam without warmup, as its paper trains translation, at a higher lr: its 0.02-std init starts slowly
     "transformer_sigma_iwslt_de_en": ["--lr", "5e-3", "--lr-scheduler", "inverse_sqrt_nowarmup"],
 }

@@ -122,7 +122,7 @@ def test_admin_export_is_exact_for_every_embedding_layout(flags, build_model, to
 
 
 @pytest.mark.parametrize("method", ["tfixup", "rezero", "subln", "b2t", "resi_dual", "dlcl", "periln", "mixln", "dyt",
-                                    "hybridnorm", "denseformer", "sigma"])
+                                    "hybridnorm", "denseformer", "sigma", "hyper"])
 def test_recipes_without_a_stock_layout_are_refused_in_one_line(method, build_model):
     model, args = build_model(f"transformer_{method}_iwslt_de_en", *TINY_DIMS, "--encoder-layers", 1,
                               "--decoder-layers", 1)

@@ -39,7 +39,7 @@ DEEP = ["transformer_preln_iwslt_de_en", "transformer_deepnorm_iwslt_de_en", "tr
         "transformer_admin_iwslt_de_en"]
 LATER = [f"transformer_{method}_iwslt_de_en" for method in ("subln", "b2t", "resi_dual", "dlcl", "rezero", "dsinit",
                                                             "periln", "mixln", "lns", "dyt", "hybridnorm",
-                                                            "denseformer", "sigma")]
+                                                            "denseformer", "sigma", "hyper")]
 ARCHS = [STOCK, *DEEP, *LATER]
 TRAINING = {STOCK: WARMUP, **RECIPES, **{arch: WARMUP for arch in LATER}}  # lr, schedule, Admin's task
 # DLCL's and DenseFormer's weights index layers by position: they refuse LayerDrop and pruning (tests/test_dlcl.py,

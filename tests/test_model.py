@@ -6,7 +6,7 @@ from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
 METHODS = ["preln", "deepnorm", "tfixup", "admin", "subln", "b2t", "resi_dual", "dlcl", "rezero", "dsinit", "periln",
-           "mixln", "lns", "dyt", "hybridnorm", "denseformer", "sigma"]
+           "mixln", "lns", "dyt", "hybridnorm", "denseformer", "sigma", "hyper"]
 SIZES = {"": (512, 2048, 8), "_iwslt_de_en": (512, 1024, 4), "_big": (1024, 4096, 16)}
 
 

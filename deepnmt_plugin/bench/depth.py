@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from deepnmt_plugin.bench import pyplot, study
-from deepnmt_plugin.bench.runs import (FAILED, FINISHED, LABEL_SMOOTHING, METHODS, CellBusy, cell_lock, classify,
+from deepnmt_plugin.bench.runs import (FAILED, FINISHED, LABEL_SMOOTHING, METHODS, CellBusy, arch_flags, cell_lock, classify,
                                        final_valid_loss, plot_vs_depth, say, unfinished, unigram_plateau,
                                        update_norm_curve, verdict)
 from deepnmt_plugin.compat import atomic_write
@@ -93,7 +93,7 @@ def check_kept_runs(workdir: Path, plan, preset: Preset, corpus: Optional[dict])
 def train_command(data: str, method: str, depth: int, preset: Preset, save_dir: Path, cpu: bool) -> List[str]:
     return [
         sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", USER_DIR, "--task", "translation_deep",
-        "--arch", METHODS[method], "--encoder-layers", str(depth), "--decoder-layers", str(depth), *TINY, "--share-all-embeddings",
+        *arch_flags(method), "--encoder-layers", str(depth), "--decoder-layers", str(depth), *TINY, "--share-all-embeddings",
         "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", str(preset.lr), *lr_schedule(preset),
         "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", str(LABEL_SMOOTHING), "--dropout", "0.1",
         "--max-tokens", str(preset.max_tokens), "--max-update", str(preset.max_update), "--seed", "1",

@@ -41,9 +41,17 @@ METHODS = {  # method -> arch; the benchmarks' dims override every size the arch
     "hybridnorm": "transformer_hybridnorm",
     "denseformer": "transformer_denseformer",
     "sigma": "transformer_sigma",
+    "hyper": "transformer_hyper",
+    "mhc": "transformer_hyper",
 }
+METHOD_FLAGS = {"mhc": ("--hyper-sinkhorn-iters", "20")}  # a method that is an arch and flags: mHC, the paper's 20
+
+
+def arch_flags(method: str) -> List[str]:
+    """The fairseq-train flags that choose a benchmark method's model."""
+    return ["--arch", METHODS[method], *METHOD_FLAGS.get(method, ())]
 FOUNDING = ("postln", "preln", "admin", "deepnorm", "tfixup")  # solid lines in the plots
-RECENT = ("periln", "mixln", "lns", "dyt", "hybridnorm", "denseformer", "sigma")  # the 2024-2026 recipes: dotted; the 2019-2023 ones dashed
+RECENT = ("periln", "mixln", "lns", "dyt", "hybridnorm", "denseformer", "sigma", "hyper", "mhc")  # the 2024-2026 recipes: dotted; the 2019-2023 ones dashed
 FINISHED, FAILED = "finished", "failed"  # a run's outcome besides DIVERGED: it ran to its end, or it crashed
 LABEL_SMOOTHING = 0.1  # every benchmark run's; the unigram plateau depends on it
 STALLED, STILL_LEARNING, TRAINED = "stalled at the unigram plateau", "still learning", "trained"

@@ -38,7 +38,7 @@ from typing import List, Optional, Tuple
 
 from deepnmt_plugin.bench import pyplot
 from deepnmt_plugin.bench.runs import (FAILED, FINISHED, IGNORES_SOURCE, LABEL_SMOOTHING, METHODS, STALLED,
-                                       VERDICT_RULES, CellBusy, cell_lock, classify, final_valid_loss, method_style,
+                                       VERDICT_RULES, CellBusy, arch_flags, cell_lock, classify, final_valid_loss, method_style,
                                        plot_vs_depth, say, unfinished, unigram_plateau, update_norm_curve,
                                        valid_loss_curve, verdict)
 from deepnmt_plugin.compat import atomic_write
@@ -56,7 +56,7 @@ PROGRESS_LINE = re.compile(r"\| (?P<kind>train_inner|valid) \|.*?loss[= ](?P<los
 # warmup (ReZero's paper makes no such claim for translation; its code publishes no NMT recipe; the 2024-2026 recipes
 # were all proposed and trained with a warmup).
 WARMUP_METHODS = ("postln", "admin", "deepnorm", "subln", "b2t", "resi_dual", "dlcl", "rezero", "dsinit",
-                  "periln", "mixln", "lns", "dyt", "hybridnorm", "denseformer")
+                  "periln", "mixln", "lns", "dyt", "hybridnorm", "denseformer", "hyper", "mhc")
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ def train_command(data_bin: str, cell: Cell, preset: StudyPreset, save_dir: Path
     sizes = [preset.embed_dim, preset.ffn_dim, preset.heads] * 2
     return [
         sys.executable, "-m", "fairseq_cli.train", data_bin, "--user-dir", USER_DIR, "--task", "translation_deep",
-        "--arch", METHODS[cell.method], "--encoder-layers", str(cell.encoder_layers),
+        *arch_flags(cell.method), "--encoder-layers", str(cell.encoder_layers),
         "--decoder-layers", str(cell.decoder_layers), *[str(x) for pair in zip(dims, sizes) for x in pair],
         "--share-all-embeddings", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", str(preset.lr),
         *schedule(preset, cell.method), "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", str(LABEL_SMOOTHING),

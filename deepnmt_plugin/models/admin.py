@@ -24,7 +24,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch import Tensor
 
-from deepnmt_plugin.models.method import DeepMethod, all_layers, register_method
+from deepnmt_plugin.models.method import DeepMethod, Residual, all_layers, register_method
 
 OMEGA_UNSET = (
     "transformer_admin trains with --task translation_deep, which sets omega before the first update; "
@@ -32,7 +32,7 @@ OMEGA_UNSET = (
 )
 
 
-class AdminResidual(nn.Module):
+class AdminResidual(Residual):
     """``omega_i * x_{i-1} + f_i(x_{i-1})`` with a trainable ``omega`` of size ``embed_dim``; the layer then
     normalises it (Post-LN): ``x_i = LN(omega_i * x_{i-1} + f_i(x_{i-1}))``."""
 

@@ -15,10 +15,10 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from deepnmt_plugin.models.method import DeepMethod, PlainResidual, all_layers, register_method
+from deepnmt_plugin.models.method import DeepMethod, PlainResidual, Residual, all_layers, register_method
 
 
-class BottomToTopResidual(nn.Module):
+class BottomToTopResidual(Residual):
     """The last sublayer's sum ``x + f + x_0``: the layer's input joins it, bypassing the earlier LayerNorms."""
 
     def forward(self, x: Tensor, f: Tensor, layer_input: Tensor) -> Tensor:
@@ -38,7 +38,7 @@ class B2T(DeepMethod):
     name = "b2t"
     export_refusal = "its last sublayer adds the layer's input, which stock fairseq's transformer does not"
 
-    def residuals(self, side: str, embed_dim: int, count: int):
+    def residuals(self, side: str, embed_dim: int, count: int, layer_number: int):
         return [PlainResidual() for _ in range(count - 1)] + [BottomToTopResidual()]
 
     def initialize(self, model: nn.Module) -> None:

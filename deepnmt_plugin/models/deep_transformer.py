@@ -146,7 +146,7 @@ class DeepLayer:
                     norm = method.norm(f"{sublayer}_{projection[0]}", head_dim, layer_number, export)
                     setattr(attention, projection, HeadNormalizedLinear(getattr(attention, projection), norm, head_dim))
                 attention._set_skip_embed_dim_check()  # torch's fused attention would skip the projections' forward
-        residuals = method.residuals(side, self.embed_dim, len(sublayers))
+        residuals = method.residuals(side, self.embed_dim, len(sublayers), layer_number)
         # registered in forward order: Admin's profile files list omega sublayer by sublayer
         self.self_attn_residual = residuals[0]
         self.encoder_attn_residual = residuals[1] if len(sublayers) == 3 else None
@@ -159,6 +159,7 @@ class DeepLayer:
 
     def feed_forward_sublayer(self, x: Tensor, layer_input: Tensor) -> Tuple[Tensor, Tensor]:
         residual = x
+        x = self.ffn_residual.branch_input(x)
         if self.ffn_pre_norm:
             x = self.final_layer_norm(x)
         x = self.fc2(self.activation_dropout_module(self.activation_fn(self.fc1(x))))
@@ -195,6 +196,7 @@ class DeepTransformerEncoderLayer(DeepLayer, TransformerEncoderLayerBase):
             )
 
         layer_input = residual = x
+        x = self.self_attn_residual.branch_input(x)
         if self.self_attn_pre_norm:
             x = self.self_attn_layer_norm(x)
         x, _ = self.self_attn(
@@ -243,6 +245,7 @@ class DeepTransformerDecoderLayer(DeepLayer, TransformerDecoderLayerBase):
         need_attn = need_attn or need_head_weights
 
         layer_input = residual = x
+        x = self.self_attn_residual.branch_input(x)
         if self.self_attn_pre_norm:
             x = self.self_attn_layer_norm(x)
         y = x
@@ -273,6 +276,7 @@ class DeepTransformerDecoderLayer(DeepLayer, TransformerDecoderLayerBase):
         attn: Optional[Tensor] = None
         if self.encoder_attn is not None and encoder_out is not None:
             residual = x
+            x = self.encoder_attn_residual.branch_input(x)
             if self.encoder_attn_pre_norm:
                 x = self.encoder_attn_layer_norm(x)
             x, attn = self.encoder_attn(

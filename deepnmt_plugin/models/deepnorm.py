@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from deepnmt_plugin.models.method import DeepMethod, all_layers, register_method
+from deepnmt_plugin.models.method import DeepMethod, Residual, all_layers, register_method
 
 
 def deepnorm_alpha(side: str, encoder_layers: int, decoder_layers: int) -> float:
@@ -43,7 +43,7 @@ def deepnorm_beta(side: str, encoder_layers: int, decoder_layers: int) -> float:
     return (12 * m) ** -0.25
 
 
-class DeepNormResidual(nn.Module):
+class DeepNormResidual(Residual):
     """``alpha * x_l + G(x_l)``, the sum the layer then normalises: ``x_{l+1} = LN(alpha * x_l + G(x_l))``."""
 
     def __init__(self, alpha: float):

@@ -12,10 +12,12 @@ A recipe (``DeepMethod``) decides, each in one named place:
 * how each projection of a layer uses its weight (``linear``): as it is, or σReparam's ``gamma / sigma(W) * W``;
 * the residual sum of every sublayer of a layer (``residuals``), joining the sublayer input x_{i-1},
   the branch output f_i and the layer's input x_0 (which only B2T reads): ``x + f``, DeepNorm's
-  ``alpha * x + f``, ReZero's ``x + a * f`` with one ``a`` per layer; with "post", ``x_i = LN(sum)``;
+  ``alpha * x + f``, ReZero's ``x + a * f`` with one ``a`` per layer; with "post", ``x_i = LN(sum)``; and what
+  the branch reads of the sublayer input (``Residual.branch_input``: x_{i-1} itself, or Hyper-Connections' learned
+  mix of its residual streams);
 * how the layers of a stack are connected (``stack_connection``): what the first layer reads, what
   each next layer reads, what the stack outputs (the previous layer's output, by default; DLCL and
-  ResiDual reach across layers), and whether layers report the sum of their branch outputs
+  ResiDual reach across layers; Hyper-Connections widens the hidden state into several streams), and whether layers report the sum of their branch outputs
   (``branch_sum``, ResiDual's second stream);
 * the initialisation applied once the model is built (``initialize``);
 * which layouts and fairseq flags it admits (``check_args``): e.g. DeepNorm is Post-LN only;
@@ -50,11 +52,17 @@ class ArchitectureError(SystemExit):
         super().__init__(f"deepnmt: error: {message}")
 
 
-class PlainResidual(nn.Module):
-    """The residual sum ``x_{i-1} + f_i(x_{i-1})`` of Post-LN, Pre-LN and T-Fixup.
+class Residual(nn.Module):
+    """A sublayer's residual connection. ``branch_input`` is what the branch reads of the sublayer input x_{i-1} (its
+    LayerNorm, where the layout is "pre", comes after): x_{i-1} itself here. ``forward`` takes ``(x_{i-1}, f_i, x_0)``,
+    x_0 the input of the sublayer's layer, and returns the sum."""
 
-    Every residual module takes ``(x_{i-1}, f_i, x_0)``: x_0 is the input of the sublayer's layer.
-    """
+    def branch_input(self, x: Tensor) -> Tensor:
+        return x
+
+
+class PlainResidual(Residual):
+    """The residual sum ``x_{i-1} + f_i(x_{i-1})`` of Post-LN, Pre-LN and T-Fixup."""
 
     def forward(self, x: Tensor, f: Tensor, layer_input: Tensor) -> Tensor:
         return x + f
@@ -183,12 +191,13 @@ class DeepMethod:
         rescales it by its spectral norm. Builds nothing that draws from the random stream (``initialize`` may)."""
         return linear
 
-    def residual(self, side: str, embed_dim: int) -> nn.Module:
+    def residual(self, side: str, embed_dim: int) -> Residual:
         """The residual sum of one sublayer of the ``side`` ("encoder" or "decoder") stack."""
         return PlainResidual()
 
-    def residuals(self, side: str, embed_dim: int, count: int) -> List[nn.Module]:
-        """The residual sums of one layer's ``count`` sublayers, in forward order (one ``residual`` each)."""
+    def residuals(self, side: str, embed_dim: int, count: int, layer_number: int) -> List[Residual]:
+        """The residual connections of the ``count`` sublayers of layer ``layer_number`` (1-based, in the trained
+        stack), in forward order (one ``residual`` each)."""
         return [self.residual(side, embed_dim) for _ in range(count)]
 
     def stack_connection(self, side: str, embed_dim: int, num_layers: int) -> nn.Module:

@@ -11,10 +11,10 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from deepnmt_plugin.models.method import DeepMethod, register_method
+from deepnmt_plugin.models.method import DeepMethod, Residual, register_method
 
 
-class ReZeroResidual(nn.Module):
+class ReZeroResidual(Residual):
     """``x + alpha * f``; the sublayers of one layer hold the same ``alpha`` Parameter (tied, as fairseq ties
     embeddings)."""
 
@@ -32,6 +32,6 @@ class ReZero(DeepMethod):
     layer_norm = "none"
     export_refusal = "ReZero has no LayerNorm, and stock fairseq's transformer normalises every sublayer"
 
-    def residuals(self, side: str, embed_dim: int, count: int):
+    def residuals(self, side: str, embed_dim: int, count: int, layer_number: int):
         alpha = nn.Parameter(torch.zeros(1))
         return [ReZeroResidual(alpha) for _ in range(count)]

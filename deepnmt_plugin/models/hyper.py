@@ -1,0 +1,165 @@
+"""Hyper-Connections (Zhu et al., ICLR 2025, "Hyper-Connections", arXiv 2409.19606, Sec. 2 and Appendix J,
+Algorithm 2) and mHC (Xie et al., DeepSeek, arXiv 2512.24880, "Manifold-Constrained Hyper-Connections").
+
+The hidden state is n residual streams H (n x C, ``--hyper-streams n``, default 4), the embedding output copied n
+times; the stack outputs their sum (then Pre-LN's final LayerNorm). Every sublayer reads and writes them through an
+(n+1) x (n+1) connection ``[[0, B], [A_m, A_r]]`` whose entries also depend on the token (dynamic hyper-connections):
+
+* width connection: the branch reads ``h = A_m^T H`` and the streams carried on are ``H' = A_r^T H``;
+* depth connection: ``H_new = B^T f(h) + H'``, f the Pre-LN branch ``dropout(F(LN(h)))``;
+* ``A = A_static + s_a * tanh(norm(H) W_a)``, ``B = B_static + s_b * tanh(norm(H) W_b)``, per stream: W_a is
+  C x (1 + n), W_b is C x 1, s_a = s_b = 0.01, norm the paper's LayerNorm.
+
+Initialisation (Sec. 2.3): W_a = W_b = 0, A_r = I, B = 1, A_m = e_k with k the sublayer's index in the stack mod n:
+every stream then carries the same Pre-LN residual, so the model starts as Pre-LN (the n-fold sum is undone by the final
+LayerNorm).
+
+mHC (``--hyper-sinkhorn-iters K``): the same parameters, without tanh, constrained as in the paper's Eq. 8:
+``A_m = sigmoid(.)``, ``B = 2 * sigmoid(.)`` and ``A_r`` doubly stochastic by K Sinkhorn-Knopp iterations on its
+exponential (the paper uses 20), with separate scales for A_m, A_r and B and an RMSNorm for norm; computed in float32.
+The paper's coefficients read all n streams flattened (norm over n * C); here, as in the ``hyper-connections`` package
+(``ManifoldConstrainedHyperConnections``), each stream's row is computed from that stream.
+
+The streams' tensor is T x B x n x C inside the stack; LayerDrop skips a layer's connections with it. fairseq's
+initialisation of the sublayers is kept.
+"""
+
+from typing import List, Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from fairseq.modules import LayerNorm
+from torch import Tensor
+
+from deepnmt_plugin.models.method import ArchitectureError, DeepMethod, Residual, StackConnection, register_method
+
+DYNAMIC_SCALE = 0.01  # s_a, s_b (the paper's and the package's init)
+
+
+def sinkhorn(logits: Tensor, iterations: int) -> Tensor:
+    """exp(logits) made (nearly) doubly stochastic over its last two dimensions by Sinkhorn-Knopp: columns, then rows,
+    ``iterations`` times (mHC Eq. 9); the column maximum is subtracted first, for float range."""
+    matrix = (logits - logits.amax(dim=-2, keepdim=True).detach()).exp()
+    for _ in range(iterations):
+        matrix = matrix / matrix.sum(dim=-2, keepdim=True).clamp_min(1e-12)
+        matrix = matrix / matrix.sum(dim=-1, keepdim=True).clamp_min(1e-12)
+    return matrix
+
+
+class StreamRMSNorm(nn.Module):
+    """mHC's RMSNorm of each stream, in float32 whatever the model's precision (as the coefficients it feeds)."""
+
+    def __init__(self, embed_dim: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(embed_dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.rms_norm(x.float(), (x.size(-1),), self.weight.float(), 1e-12)
+
+
+class HyperConnection(Residual):
+    """One sublayer's hyper-connection. ``branch_input(H)`` is h = A_m^T H; ``forward(H, f)`` is B^T f + A_r^T H. Both
+    compute their dynamic coefficients from H (the norm runs twice: cheaper in memory than carrying it between them)."""
+
+    def __init__(self, embed_dim: int, streams: int, index: int, sinkhorn_iterations: int):
+        super().__init__()
+        self.sinkhorn_iterations = sinkhorn_iterations
+        self.norm = StreamRMSNorm(embed_dim) if sinkhorn_iterations else LayerNorm(embed_dim)
+        static_alpha = torch.cat((torch.zeros(streams, 1), torch.eye(streams)), dim=1)
+        static_alpha[index % streams, 0] = 1.0
+        self.static_alpha = nn.Parameter(static_alpha)  # n x (1 + n): [A_m, A_r]
+        self.dynamic_alpha = nn.Parameter(torch.zeros(embed_dim, 1 + streams))  # W_a
+        self.static_beta = nn.Parameter(torch.ones(streams))  # B
+        self.dynamic_beta = nn.Parameter(torch.zeros(embed_dim))  # W_b
+        # s_a (HC: one for A_m and A_r; mHC: A_m's, then A_r's) and s_b
+        self.alpha_scale = nn.Parameter(torch.full((2 if sinkhorn_iterations else 1,), DYNAMIC_SCALE))
+        self.beta_scale = nn.Parameter(torch.tensor(DYNAMIC_SCALE))
+
+    def branch_input(self, x: Tensor) -> Tensor:
+        """h = sum_s A_m[s] * H_s, T x B x C."""
+        normed = self.norm(x)
+        raw = normed @ self.dynamic_alpha[:, 0].to(normed.dtype)  # T x B x n
+        static = self.static_alpha[:, 0].to(normed.dtype)
+        if self.sinkhorn_iterations:
+            a_m = torch.sigmoid(raw * self.alpha_scale[0] + static)
+        else:
+            a_m = torch.tanh(raw) * self.alpha_scale[0] + static
+        return (a_m.unsqueeze(-2) @ x.to(normed.dtype)).squeeze(-2).to(x.dtype)
+
+    def forward(self, x: Tensor, f: Tensor, layer_input: Tensor) -> Tensor:
+        """H_new[t] = B[t] * f + sum_s A_r[s, t] * H[s], T x B x n x C."""
+        normed = self.norm(x)
+        dtype = normed.dtype
+        raw_alpha = normed @ self.dynamic_alpha[:, 1:].to(dtype)  # T x B x n x n: row s, stream s's coefficients
+        raw_beta = normed @ self.dynamic_beta.to(dtype)  # T x B x n
+        static_alpha, static_beta = self.static_alpha[:, 1:].to(dtype), self.static_beta.to(dtype)
+        if self.sinkhorn_iterations:
+            a_r = sinkhorn(raw_alpha * self.alpha_scale[-1] + static_alpha, self.sinkhorn_iterations)
+            beta = 2 * torch.sigmoid(raw_beta * self.beta_scale + static_beta)
+        else:
+            a_r = torch.tanh(raw_alpha) * self.alpha_scale[-1] + static_alpha
+            beta = torch.tanh(raw_beta) * self.beta_scale + static_beta
+        carried = a_r.transpose(-1, -2) @ x.to(dtype)
+        return (beta.unsqueeze(-1) * f.unsqueeze(-2).to(dtype) + carried).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"streams={self.static_beta.numel()}, sinkhorn_iterations={self.sinkhorn_iterations}"
+
+
+class ResidualStreams(StackConnection):
+    """The stack's n streams: the embedding output copied n times in, their sum out (T x B x C at both ends)."""
+
+    def __init__(self, streams: int):
+        super().__init__()
+        self.streams = streams
+
+    def begin(self, x: Tensor, state: List[Tensor]) -> Tensor:
+        return x.unsqueeze(-2).expand(-1, -1, self.streams, -1)
+
+    def output(self, x: Tensor, state: List[Tensor]) -> Tensor:
+        return x.sum(dim=-2)
+
+    def extra_repr(self) -> str:
+        return f"streams={self.streams}"
+
+
+@register_method
+class HyperConnections(DeepMethod):
+    name = "hyper"
+    layer_norm = "pre"
+    flag_names = ("hyper_streams", "hyper_sinkhorn_iters")
+    export_refusal = "its layers read and write several residual streams, which stock fairseq's transformer does not"
+
+    def __init__(self, encoder_layers: int, decoder_layers: int, streams: int = 4, sinkhorn_iterations: int = 0):
+        super().__init__(encoder_layers, decoder_layers)
+        self.streams, self.sinkhorn_iterations = streams, sinkhorn_iterations
+
+    @classmethod
+    def add_args(cls, parser) -> None:
+        parser.add_argument("--hyper-streams", type=int, default=None,
+                            help="transformer_hyper: the expansion rate n, residual streams per stack (default 4)")
+        parser.add_argument("--hyper-sinkhorn-iters", type=int, default=None,
+                            help="transformer_hyper: mHC, its residual mixing made doubly stochastic by K "
+                                 "Sinkhorn-Knopp iterations (the paper: 20); default plain Hyper-Connections")
+
+    @classmethod
+    def from_config(cls, cfg) -> "HyperConnections":
+        method = super().from_config(cfg)
+        method.streams = getattr(cfg, "hyper_streams", None) or 4
+        method.sinkhorn_iterations = getattr(cfg, "hyper_sinkhorn_iters", None) or 0
+        return method
+
+    def check_args(self, args, arch: str) -> None:
+        super().check_args(args, arch)
+        for flag in ("hyper_streams", "hyper_sinkhorn_iters"):
+            value = getattr(args, flag, None)
+            if value is not None and value < 1:
+                raise ArchitectureError(f"--{flag.replace('_', '-')} {value}: give a whole number of at least 1")
+
+    def residuals(self, side: str, embed_dim: int, count: int, layer_number: int) -> List[Residual]:
+        first = (layer_number - 1) * count  # the sublayer's index in the stack: A_m's initial stream
+        return [HyperConnection(embed_dim, self.streams, first + j, self.sinkhorn_iterations) for j in range(count)]
+
+    def stack_connection(self, side: str, embed_dim: int, num_layers: int) -> nn.Module:
+        return ResidualStreams(self.streams)
