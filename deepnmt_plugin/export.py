@@ -42,6 +42,7 @@ import dataclasses
 import os
 import shutil
 import sys
+import tempfile
 from collections import OrderedDict
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -312,7 +313,11 @@ def export_ctranslate2(checkpoint: str, output_dir: str, quantization: Optional[
     data_dir = Path(data or str(state["cfg"]["task"]["data"]).split(os.pathsep)[0])
     where = "given with --data" if data else "the checkpoint's data path"
     languages = dictionary_languages(state, checkpoint, data_dir, where)
-    partial = output.with_name(output.name + ".partial")
+    # a folder of this call's own beside OUT (a name like OUT.partial may be the user's)
+    partial = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-", dir=output.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    partial.chmod(0o777 & ~umask)  # mkdtemp's 0700 would become the model folder's
     try:
         steps = serving.convert(state, data_dir, languages, partial, quantization)
     except ValueError as unsupported:  # ctranslate2's ConfigurationChecker lists its reasons on several lines
@@ -351,17 +356,19 @@ def dictionary_languages(state: dict, checkpoint: str, data_dir: Path, where: st
 
 
 def replace_directory(new: Path, output: Path) -> None:
-    """Rename ``new`` to ``output``; an earlier ``output`` is renamed aside first and deleted last, so a crash at any
-    point leaves one of the two whole (between the renames: the earlier under OUT.replaced, the new under its name)."""
+    """Rename ``new`` to ``output``; an earlier ``output`` is moved aside first, into a folder of this call's own, and
+    deleted last, so a crash at any point leaves one of the two whole (between the renames: the earlier one inside
+    ``.OUT.replaced-*``, the new one under its name). Nothing else beside ``output`` is touched."""
     for path in [*new.iterdir(), new]:  # written through before the renames: a power loss leaves no empty file
         compat.fsync(path)
-    aside = output.with_name(output.name + ".replaced")
+    aside = None
     if output.exists():
-        shutil.rmtree(aside, ignore_errors=True)  # left by a crash after its renames: older than ``output``
-        os.rename(output, aside)
+        aside = Path(tempfile.mkdtemp(prefix=f".{output.name}.replaced-", dir=output.parent))
+        os.rename(output, aside / output.name)
     os.rename(new, output)
     compat.fsync(output.parent)
-    shutil.rmtree(aside, ignore_errors=True)
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def main(argv=None) -> None:

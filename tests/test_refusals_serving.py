@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import sys
+from pathlib import Path
 
 import ctranslate2
 import pytest
@@ -136,20 +137,43 @@ def test_reexport_keeps_other_files_and_replaces_an_earlier_export_by_renaming_i
     rename = os.rename
 
     def killed_before_the_new_export_is_in(source, target):
-        if str(source).endswith(".partial"):
+        if Path(source).name.startswith(".ct2.partial-"):
             raise Killed
         rename(source, target)
 
-    with monkeypatch.context() as patch:  # between the renames: each export whole, under its own name
+    with monkeypatch.context() as patch:  # between the renames: each export whole, in a folder of the call's own
         patch.setattr(os, "rename", killed_before_the_new_export_is_in)
         with pytest.raises(Killed):
             export.main(reexport)
-    assert files_in(tmp_path) == ["ct2.partial", "ct2.replaced"] and contents(tmp_path / "ct2.replaced") == earlier
-    assert files_in(tmp_path / "ct2.partial") == sorted(earlier)
+    partial, = tmp_path.glob(".ct2.partial-*")
+    aside, = tmp_path.glob(".ct2.replaced-*")
+    assert sorted(files_in(tmp_path)) == sorted([partial.name, aside.name])
+    assert contents(aside / "ct2") == earlier and files_in(partial) == sorted(earlier)
 
-    export.main(reexport)  # the next export finishes the swap
-    assert files_in(tmp_path) == ["ct2"] and files_in(out) == sorted(earlier)
+    export.main(reexport)  # the next export writes anew; what the crash left is the user's to look at
+    assert sorted(files_in(tmp_path)) == sorted(["ct2", partial.name, aside.name]) and files_in(out) == sorted(earlier)
     assert (out / "model.bin").read_bytes() != earlier["model.bin"]  # int8 now
+    assert contents(aside / "ct2") == earlier
+
+
+def test_ctranslate2_export_leaves_folders_beside_it_alone(checkpoint, tmp_path):
+    """OUT.partial and OUT.replaced are names a user may have chosen: an export (first or again) never touches them."""
+    out = tmp_path / "ct2"
+    for name in ("ct2.partial", "ct2.replaced"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "mine.txt").write_text(name)
+    export.main([str(checkpoint), str(out), "--format", "ctranslate2"])
+    export.main([str(checkpoint), str(out), "--format", "ctranslate2", "--quantization", "int8"])
+    assert files_in(tmp_path) == ["ct2", "ct2.partial", "ct2.replaced"]
+    for name in ("ct2.partial", "ct2.replaced"):
+        assert files_in(tmp_path / name) == ["mine.txt"] and (tmp_path / name / "mine.txt").read_text() == name
+    assert oct(out.stat().st_mode & 0o777) == oct(0o777 & ~current_umask())  # the folder as any the user makes
+
+
+def current_umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
 
 
 def test_export_refuses_a_directory_as_the_checkpoint_to_write(checkpoint, tmp_path):
