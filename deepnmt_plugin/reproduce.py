@@ -286,7 +286,8 @@ class Reproduction:
             directory.mkdir(parents=True, exist_ok=True)
             print(f"{label} {step} ... (log: {log})", flush=True)
             started = time.time()
-            returncode = run_logged(command, log, echo=step == "train")
+            # training resumes from checkpoint_last.pt: its log keeps every attempt's lines, as the checkpoint does
+            returncode = run_logged(command, log, echo=step == "train", append=step == "train")
             # a crash that is not a divergence (a bad flag, out of memory) stops the table instead: rerun after the fix
             if step == "train" and diverged_log(log.read_text()):
                 (directory / "diverged").write_text(f"fairseq-train exit code {returncode}\n")
@@ -299,18 +300,28 @@ class Reproduction:
             print(f"{label} {step}: finished in {time.time() - started:.0f}s", flush=True)
 
 
-def run_logged(command: List[str], log: Path, echo: bool) -> int:
-    """Run ``command`` with its output in ``log`` (written under a temporary name until it ends);
-    with ``echo``, fairseq's progress lines are shown as they come."""
-    partial = log.with_name(log.name + ".partial")
-    with open(partial, "w") as out, owned_process(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                                  text=True) as process:
-        for line in process.stdout:
-            out.write(line)
-            if echo and PROGRESS_LINE.search(line):
-                print("    " + line.rstrip(), flush=True)
-        returncode = process.wait()
-    os.replace(partial, log)
+def run_logged(command: List[str], log: Path, echo: bool, append: bool = False) -> int:
+    """Run ``command`` with its output written by the command itself (not through a pipe, whose unread lines would die
+    with a killed driver): appended to ``log`` with ``append``, else under a temporary name until it ends. With
+    ``echo``, the driver follows the file and shows fairseq's progress lines as they come."""
+    target = log if append else log.with_name(log.name + ".partial")
+    with open(target, "a" if append else "w") as out, open(target, errors="replace") as follow:
+        follow.seek(0, os.SEEK_END)
+        with owned_process(command, stdout=out, stderr=subprocess.STDOUT) as process:
+            pending = ""
+            while True:
+                ended = process.poll() is not None
+                pending += follow.read()
+                *lines, pending = pending.split("\n")
+                for line in lines:
+                    if echo and PROGRESS_LINE.search(line):
+                        print("    " + line.rstrip(), flush=True)
+                if ended:
+                    break
+                time.sleep(0.2)
+            returncode = process.wait()
+    if not append:
+        os.replace(target, log)
     return returncode
 
 

@@ -296,3 +296,24 @@ def test_a_killed_reproduction_driver_takes_its_trainer_along(tmp_path, no_proce
     driver.kill()
     driver.wait(timeout=60)
     wait_for(lambda: not processes_naming(str(tmp_path)), 30, "end of the child")
+
+
+def test_a_resumed_reproduction_training_keeps_the_lines_of_the_killed_attempt(tmp_path, no_process_left):
+    """The train step's log is written by the trainer itself and appended to: a driver killed mid-training loses none
+    of the lines already printed, and the rerun (which resumes from checkpoint_last.pt) adds its own after them, so
+    divergence is judged on the whole training."""
+    log = tmp_path / "train.log"
+    first = f"import time; print('| train_inner | loss=9.1 | num_updates=1', flush=True); time.sleep(600)  # {tmp_path}"
+    driver = subprocess.Popen([sys.executable, "-c", "import sys; from pathlib import Path; "
+                               "from deepnmt_plugin.reproduce import run_logged; "
+                               "run_logged([sys.executable, '-c', sys.argv[1]], Path(sys.argv[2]), echo=True, "
+                               "append=True)", first, str(log)], cwd=REPO, stdout=subprocess.DEVNULL)
+    wait_for(lambda: log.exists() and "num_updates=1" in log.read_text(), 120, "the first attempt's line")
+    driver.kill()
+    driver.wait(timeout=60)
+    wait_for(lambda: not processes_naming(str(tmp_path)), 30, "end of the child")
+    from deepnmt_plugin.reproduce import logged_losses, run_logged
+
+    second = "print('| train_inner | loss=8.0 | num_updates=2')"
+    assert run_logged([sys.executable, "-c", second], log, echo=False, append=True) == 0
+    assert logged_losses(log.read_text()) == [9.1, 8.0]
