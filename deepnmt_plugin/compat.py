@@ -526,6 +526,25 @@ def _cpu_ranks_under_torchrun(infer):
     return infer_on_cpu
 
 
+def _pruning_one_stack_keeps_the_other(prune_state_dict):
+    """fairseq 0.12 drops every layer of a stack whose ``*_layers_to_keep`` is unset when the other stack's is set (no
+    pruning pass names it), and the load then fails on missing keys: keep that stack's layers as they are."""
+
+    @functools.wraps(prune_state_dict)
+    def prune(state_dict, model_cfg):
+        unpruned = [side for side in ("encoder", "decoder")
+                    if model_cfg is not None and not getattr(model_cfg, f"{side}_layers_to_keep", None)]
+        pruned = prune_state_dict(state_dict, model_cfg)  # it clears both flags in model_cfg
+        if pruned is state_dict or len(unpruned) != 1:
+            return pruned
+        layer_of_the_other_stack = re.compile(rf"^{unpruned[0]}.*\.layers\.\d+\.")
+        kept = {name: value for name, value in state_dict.items() if layer_of_the_other_stack.search(name)}
+        return {**pruned, **kept}
+
+    prune.deepnmt_wrapped = True
+    return prune
+
+
 def _wrap(owner, name: str, shim, static: bool = False) -> None:
     """Replace ``owner.name`` by ``shim(owner.name)`` once (importing the plugin twice wraps nothing twice)."""
     current = getattr(owner, name)
@@ -539,6 +558,7 @@ def install():
     _wrap(checkpoint_utils, "load_checkpoint_to_cpu", _refuse_unreadable)
     _wrap(checkpoint_utils, "torch_persistent_save", _atomic_persistent_save)
     _wrap(checkpoint_utils, "load_checkpoint", _resume_from_an_intact_checkpoint)
+    _wrap(checkpoint_utils, "prune_state_dict", _pruning_one_stack_keeps_the_other)
     _wrap(PathManager, "copy", _atomic_copy, static=True)
     _wrap(indexed_dataset, "make_dataset", _check_binarized_files)
     _wrap(FairseqTask, "get_batch_iterator", _batches_of_the_first_epoch)

@@ -327,6 +327,23 @@ def test_layers_to_keep_keeps_the_constants_the_model_was_trained_with(arch, lay
             assert alphas == {deepnorm_alpha(side, ENCODER_LAYERS, DECODER_LAYERS)}
 
 
+@pytest.mark.parametrize("keep", [{"encoder_layers_to_keep": "0,2"}, {"decoder_layers_to_keep": "1"}],
+                         ids=["encoder", "decoder"])
+@pytest.mark.parametrize("arch", ["transformer_deepnorm_iwslt_de_en", "transformer_hyper_iwslt_de_en", STOCK])
+def test_pruning_one_stack_keeps_every_layer_of_the_other(arch, keep, layerdrop_run, toy_data, tmp_path):
+    """The documented form prunes one stack (fairseq 0.12 alone drops the other stack's layers and fails to load)."""
+    checkpoint = layerdrop_run(arch)
+    pruned, _ = load(checkpoint, toy_data, **keep)
+    by_hand = kept_by_hand(load(checkpoint, toy_data)[0], keep)
+    assert [len(pruned.encoder.layers), len(pruned.decoder.layers)] == [len(by_hand.encoder.layers),
+                                                                         len(by_hand.decoder.layers)]
+    src, lengths, prev = random_batch(pruned)
+    with torch.no_grad():
+        torch.testing.assert_close(pruned(src, lengths, prev)[0], by_hand(src, lengths, prev)[0], rtol=0, atol=0)
+    generated = fairseq_generate(toy_data, checkpoint, tmp_path / "generate", "--model-overrides", str(keep))
+    assert len(re.findall(r"^H-", generated, re.M)) == 100
+
+
 @pytest.mark.parametrize("arch", PRUNABLE)
 def test_generate_pruned_with_alignment_and_sampling(arch, layerdrop_run, toy_data, tmp_path):
     overrides = str(KEEP)
