@@ -5,6 +5,7 @@ import lzma
 import os
 import shutil
 import tarfile
+import time
 import urllib.request
 import zlib
 from dataclasses import dataclass
@@ -58,12 +59,35 @@ def ensure_archives(archives: Sequence[Archive], folder: Path, download: bool) -
         )
 
 
+# A download slower than MIN_BYTES_PER_SECOND over any RATE_WINDOW seconds is given up (a per-read timeout alone
+# lets a server that sends a byte a minute hold data-prep forever); one progress line every PROGRESS_SECONDS.
+MIN_BYTES_PER_SECOND = 1024
+RATE_WINDOW = 60.0
+PROGRESS_SECONDS = 10.0
+
+
 def download_file(url: str, destination: Path) -> None:
+    """``url`` to ``destination`` (written under a temporary name until it is whole), with a progress line every
+    PROGRESS_SECONDS; a TimeoutError (an OSError, as urllib's) where it stays below MIN_BYTES_PER_SECOND."""
     destination.parent.mkdir(parents=True, exist_ok=True)
     partial = destination.with_name(destination.name + ".partial")
     try:
-        with urllib.request.urlopen(url, timeout=60) as response, open(partial, "wb") as out:
-            shutil.copyfileobj(response, out, 1 << 20)
+        with urllib.request.urlopen(url, timeout=RATE_WINDOW) as response, open(partial, "wb") as out:
+            size = response.headers.get("Content-Length")
+            of = f" of {int(size) / 2**20:.1f}" if size and size.isdigit() else ""
+            done, window_start, window_done, last_shown = 0, time.monotonic(), 0, time.monotonic()
+            while chunk := response.read1(1 << 20):  # what has arrived: read() would wait for a whole MiB
+                out.write(chunk)
+                done += len(chunk)
+                now = time.monotonic()
+                if now - window_start >= RATE_WINDOW:
+                    if done - window_done < MIN_BYTES_PER_SECOND * (now - window_start):
+                        raise TimeoutError(f"{(done - window_done) / (now - window_start):.0f} bytes/s over the last "
+                                           f"{now - window_start:.0f} s, below {MIN_BYTES_PER_SECOND} bytes/s")
+                    window_start, window_done = now, done
+                if now - last_shown >= PROGRESS_SECONDS:
+                    print(f"  {destination.name}: {done / 2**20:.1f}{of} MiB", flush=True)
+                    last_shown = now
         os.replace(partial, destination)
     finally:
         partial.unlink(missing_ok=True)
