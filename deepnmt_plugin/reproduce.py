@@ -280,7 +280,9 @@ class Reproduction:
             if (directory / "diverged").exists():
                 print(f"{label}: diverged before, skipped", flush=True)
                 return
+            record = done.with_name(f"{log.stem if step == 'train' else step}.command")
             if done.exists():
+                self.check_same_step(label, step, command, record, directory)
                 print(f"{label} {step}: done before", flush=True)
                 continue
             directory.mkdir(parents=True, exist_ok=True)
@@ -295,9 +297,33 @@ class Reproduction:
                 return
             if returncode != 0:
                 raise SystemExit(f"deepnmt: error: {label} {step} failed (exit {returncode}); see {log}")
+            record.write_text(self.step_command(step, command, directory) + "\n")  # before the marker: a done step has one
             if done.suffix == ".done":
                 done.write_text("")
             print(f"{label} {step}: finished in {time.time() - started:.0f}s", flush=True)
+
+    def step_command(self, step: str, command: List[str], directory: Path) -> str:
+        """What a step is done with, as recorded beside it: the training's without its launcher (whose rendezvous
+        address and port may change between the attempts of one run), this interpreter as ``python`` and the run's
+        own folder as ``RUN``, so that a run resumed from another folder or environment is still the same."""
+        arguments = command[len(self.launcher()):] if step == "train" else command
+        return shlex.join("python" if argument == sys.executable else argument.replace(str(directory), "RUN")
+                          for argument in arguments)
+
+    def check_same_step(self, label: str, step: str, command: List[str], record: Path, directory: Path) -> None:
+        """Refuse a step done before with another command (other data, config, precision, GPUs or budget): its
+        result is not this one's."""
+        if not record.exists():  # done before steps were recorded
+            return
+        before, now = shlex.split(record.read_text()), shlex.split(self.step_command(step, command, directory))
+        if before != now:
+            removed = shlex.join([argument for argument in before if argument not in now][:6])
+            added = shlex.join([argument for argument in now if argument not in before][:6])
+            difference = (f"it had {removed}, this one has {added}" if removed and added else
+                          f"this one adds {added}" if added else f"this one lacks {removed}" if removed else
+                          "the same arguments in another order")
+            raise SystemExit(f"deepnmt: error: {label} {step} was done with another command ({difference}): its "
+                             f"result is not this run's; give another --workdir, or delete {directory} to redo it")
 
 
 def run_logged(command: List[str], log: Path, echo: bool, append: bool = False) -> int:
@@ -476,7 +502,8 @@ def main(argv=None) -> int:
     # absolute, so each fairseq command and message names the folder meant, taken from where this was called
     args.data = os.path.abspath(args.data)
     args.data_bin = data_bin(args.data, must_exist=not args.dry_run, folder=config.get("data_bin", "data-bin"))
-    args.workdir = os.path.join(os.path.abspath(args.workdir), Path(args.config).stem)
+    # a smoke run is not the table's run: it has a folder of its own, so a full run never finds its steps done
+    args.workdir = os.path.join(os.path.abspath(args.workdir), Path(args.config).stem + ("_smoke" * args.smoke))
     Reproduction(config, args).run_all()
     return 0
 

@@ -456,18 +456,18 @@ def test_smoke_run_of_a_table_end_to_end(toy_data, tmp_path):
                         "--methods", "postln", "admin", "--seeds", "1", "--workdir", str(tmp_path)])
     log = output.getvalue()
     assert "[1/2] postln_6L_seed1 average: finished" in log and "[2/2] admin_6L_seed1 score: finished" in log
-    table = (tmp_path / "admin_iwslt14_de_en" / "results.md").read_text()
+    table = (tmp_path / "admin_iwslt14_de_en_smoke" / "results.md").read_text()
     rows = re.findall(r"^\| (postln|admin) \| 6 \| 1 \| ([\d.]+) \| ([\d.]+) \| ([-+\d.]+) \|$", table, re.M)
     assert {r[0] for r in rows} == {"postln", "admin"}, table
     for method, ours, paper, difference in rows:
-        run = tmp_path / "admin_iwslt14_de_en" / f"{method}_6L_seed1"
+        run = tmp_path / "admin_iwslt14_de_en_smoke" / f"{method}_6L_seed1"
         scores = json.loads((run / "scores.json").read_text())
         assert float(ours) == scores["bleu_tokenized"] and float(paper) == {"postln": 35.64, "admin": 35.67}[method]
         assert float(difference) == pytest.approx(float(ours) - float(paper), abs=0.011)
         fairseq_bleu = float(re.search(r"BLEU4 = ([\d.]+)", (run / "generate.txt").read_text()).group(1))
         assert scores["bleu_tokenized"] == pytest.approx(fairseq_bleu, abs=0.01)  # fairseq's own tokenized BLEU
-    assert (tmp_path / "admin_iwslt14_de_en" / "admin_6L_seed1" / "checkpoint_averaged.pt").exists()
-    environment = json.loads((tmp_path / "admin_iwslt14_de_en" / "admin_6L_seed1" / "environment.json").read_text())
+    assert (tmp_path / "admin_iwslt14_de_en_smoke" / "admin_6L_seed1" / "checkpoint_averaged.pt").exists()
+    environment = json.loads((tmp_path / "admin_iwslt14_de_en_smoke" / "admin_6L_seed1" / "environment.json").read_text())
     assert environment["seed"] == 1 and environment["torch"] and environment["device"] and environment["threads"] >= 1
     assert environment["command"].startswith("fairseq-train ") and " --seed 1 " in environment["command"]
     assert "Trained at commit " in table
@@ -477,6 +477,22 @@ def test_smoke_run_of_a_table_end_to_end(toy_data, tmp_path):
         reproduce.main([str(REPO / "configs" / "admin_iwslt14_de_en.yaml"), "--data", str(toy_data), "--smoke",
                         "--methods", "postln", "admin", "--seeds", "1", "--workdir", str(tmp_path)])
     assert rerun.getvalue().count("done before") == 8
+    assert not (tmp_path / "admin_iwslt14_de_en").exists()  # the table's own runs never find a smoke run's steps
+
+    config = yaml.safe_load((REPO / "configs" / "admin_iwslt14_de_en.yaml").read_text())
+    config["generate"] = [*config["generate"], "--lenpen", "0.6"]
+    changed = tmp_path / "changed" / "admin_iwslt14_de_en.yaml"  # the same table, decoded otherwise
+    changed.parent.mkdir()
+    changed.write_text(yaml.safe_dump(config))
+    refused = io.StringIO()
+    with contextlib.redirect_stdout(refused), pytest.raises(SystemExit) as stopped:
+        reproduce.main([str(changed), "--data", str(toy_data), "--smoke", "--methods", "postln", "--seeds", "1",
+                        "--workdir", str(tmp_path)])
+    run = tmp_path / "admin_iwslt14_de_en_smoke" / "postln_6L_seed1"
+    assert str(stopped.value.code) == (
+        "deepnmt: error: [1/1] postln_6L_seed1 generate was done with another command (this one adds --lenpen 0.6): "
+        f"its result is not this run's; give another --workdir, or delete {run} to redo it")
+    assert "postln_6L_seed1 average: done before" in refused.getvalue()
 
 
 @pytest.mark.slow
@@ -488,5 +504,5 @@ def test_a_crash_that_is_not_a_divergence_stops_the_table_and_is_not_marked_dive
     with pytest.raises(SystemExit, match=r"broken_6L_seed1 train failed \(exit 2\); see .*train.log"):
         with contextlib.redirect_stdout(io.StringIO()):
             reproduce.main([str(config_path), "--data", str(toy_data), "--smoke", "--seeds", "1", "--workdir", str(tmp_path)])
-    run = tmp_path / "broken_table" / "broken_6L_seed1"
+    run = tmp_path / "broken_table_smoke" / "broken_6L_seed1"
     assert not (run / "diverged").exists() and "unrecognized arguments: --no-such-flag" in (run / "train.log").read_text()
