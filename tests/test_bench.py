@@ -97,6 +97,18 @@ def test_verdict_reads_the_loss_against_the_plateau(status, valid_loss, curve, d
     assert runs.verdict(status, valid_loss, curve, 9.264, distinct) == expected
 
 
+def test_every_committed_study_record_carries_the_rules_verdict():
+    """The tables recompute verdicts on read; the records (docs/depth_study/cells) must say the same."""
+    from deepnmt_plugin.bench.study import cell_verdict
+
+    records = sorted((REPO / "docs" / "depth_study" / "cells").glob("*/result.json"))
+    assert len(records) > 200
+    stale = [(path.parent.name, record["verdict"], cell_verdict(record, record["unigram_plateau"])["verdict"])
+             for path in records for record in [json.loads(path.read_text())]
+             if record["verdict"] != cell_verdict(record, record["unigram_plateau"])["verdict"]]
+    assert stale == []
+
+
 LAYERS = ("2026-01-01 | INFO | train_inner | epoch 001:     {n} / 933 loss=9.3, num_updates={n}, gnorm=0.5, "
           "gnorm/enc.00={e0}, gnorm/enc.01={e1}, gnorm/dec.00={d0}, gnorm/dec.01=0.25, gnorm/other=0.2, "
           "beta/enc.00.attn=0.875, beta/enc.00.ffn=0.5, beta/dec.00.cross=0.125, update_norm=10.5, wall=0")
@@ -435,10 +447,15 @@ def test_study_micro_trains_generates_scores_and_resumes(toy_data, tmp_path, cap
     assert not (workdir / "bleu_by_shape.png").exists()  # equal stacks only: bleu_vs_depth.png shows them
     assert "| deepnorm_2L-2L_ckpt | 2 |" in (workdir / "results.md").read_text()
 
-    # a second invocation reuses every cell; another preset in the same workdir is refused before training
+    # a second invocation reuses every cell, and brings a record written under another verdict rule to today's;
+    # another preset in the same workdir is refused before training
+    stale = workdir / "deepnorm_1L-1L" / "result.json"
+    today = json.loads(stale.read_text())
+    stale.write_text(json.dumps({**today, "verdict": "an earlier rule's word"}, indent=1))
     capsys.readouterr()
     assert depth.main(arguments) == 0
     assert "[1/5]" in capsys.readouterr().out
+    assert json.loads(stale.read_text()) == today
     with pytest.raises(SystemExit, match=r"was trained under another budget .* give this study another --workdir"):
         depth.main(arguments + ["--max-update", "6"])
 

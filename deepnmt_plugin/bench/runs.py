@@ -2,8 +2,8 @@
 their plot style, what its fairseq-train log says (curves, outcome), the verdict that reads it, and a lock per cell.
 
 A verdict says what a run did, in words that match its numbers: ``diverged``, ``crashed``, ``stalled at the unigram
-plateau`` (its validation loss is where a model lands that predicts the target words' frequencies and ignores the
-source), ``ignores the source`` (below the plateau, yet the same few sentences for every test input: a target-side
+plateau`` (its last validation loss is less than PLATEAU_MARGIN below the loss of a model that predicts the target
+words' frequencies and ignores the source, or above it), ``ignores the source`` (below the plateau, yet the same few sentences for every test input: a target-side
 language model), ``still learning`` (left the plateau and its loss was still falling at the end), ``trained`` (left
 it and its loss had flattened) or ``left the plateau`` (no validation curve to tell which of the two).
 """
@@ -63,7 +63,8 @@ STILL_FALLING = 0.02
 # a model that writes the same few sentences for every input ignores its source, whatever its loss (below the
 # plateau's: a target-side language model, as B2T 100L-100L is at update 2,000: valid loss 6.48, one sentence for all)
 FEWEST_DISTINCT = 0.05
-VERDICT_RULES = (f"stalled within {PLATEAU_MARGIN} of the plateau's loss, ignores the source below it with "
+VERDICT_RULES = (f"stalled when the last validation loss is less than {PLATEAU_MARGIN} below the plateau's loss (or above "
+                 "it: nothing learned beyond the target words' frequencies), ignores the source below it with "
                  f"{FEWEST_DISTINCT:.0%} distinct test hypotheses or fewer, still learning when the validation loss fell "
                  f"more than {STILL_FALLING:.0%} over the last quarter of the updates, trained when it fell less; left "
                  "the plateau where no validation curve is kept")

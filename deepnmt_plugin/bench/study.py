@@ -617,8 +617,12 @@ def run(args, preset: StudyPreset, threads: Optional[int]) -> int:
     busy = [cell.name for cell, result in zip(order, outcomes) if result is None]
     failed = [result["name"] for result in outcomes if result and result["status"] == FAILED]
     results = kept_results(workdir, preset, args.corpus)  # this invocation's cells and those of earlier ones
-    for result in results:
-        result.update(cell_verdict(result, args.unigram_plateau))
+    for result in results:  # records written under an earlier rule are brought to today's
+        fresh = cell_verdict(result, args.unigram_plateau)
+        if any(result.get(key) != value for key, value in fresh.items()):
+            result.update(fresh)
+            with atomic_write(workdir / result["name"] / "result.json") as partial:
+                Path(partial).write_text(json.dumps(result, indent=1))
     write_csv(results, workdir / "results.csv")
     write_markdown(results, workdir / "results.md", title)
     write_samples(results, workdir, workdir / "samples.md")
