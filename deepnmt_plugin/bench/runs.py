@@ -158,7 +158,8 @@ def verdict(status: str, valid_loss: Optional[float], curve: List[List[float]], 
 
 def plot_vs_depth(by_method: dict, title: str, ylabel: str, path: Path) -> None:
     """One line per method through the mean of its (depth, value) points at each depth, each point a dot where a depth
-    has several (seeds); a value of None (a run that diverged or crashed) is an x on the bottom edge."""
+    has several (seeds): a filled marker for a mean over several, a hollow one for a single run; a value of None (a run
+    that diverged or crashed) is an x on the bottom edge."""
     plt = pyplot()
 
     figure, axes = plt.subplots(figsize=(6, 4))
@@ -166,7 +167,12 @@ def plot_vs_depth(by_method: dict, title: str, ylabel: str, path: Path) -> None:
         finished = [(depth, value) for depth, value in points if value is not None]
         depths = sorted({depth for depth, _ in finished})
         means = [float(np.mean([value for d, value in finished if d == depth])) for depth in depths]
-        line, = axes.plot(depths, means, marker="o", label=method, **(method_style(method) if method in METHODS else {}))
+        line, = axes.plot(depths, means, label=method, **(method_style(method) if method in METHODS else {}))
+        runs_at = [sum(d == depth for d, _ in finished) for depth in depths]
+        for several, face in ((True, line.get_color()), (False, "none")):
+            chosen = [(d, m) for d, m, n in zip(depths, means, runs_at) if (n > 1) == several]
+            if chosen:
+                axes.plot(*zip(*chosen), "o", color=line.get_color(), markerfacecolor=face)
         if len(finished) > len(depths):
             axes.plot([d for d, _ in finished], [v for _, v in finished], ".", color=line.get_color(), alpha=0.6)
         failed = [depth for depth, value in points if value is None]

@@ -532,8 +532,8 @@ def write_plots(results: List[dict], workdir: Path, preset: StudyPreset) -> List
     by_method = {m: [(r["encoder_layers"], None if r["status"] == DIVERGED else r["test_bleu"]) for r in every_seed
                      if r["method"] == m] for m in METHODS}
     written = [workdir / "bleu_vs_depth.png"]
-    plot_vs_depth(by_method, "Test sacreBLEU vs depth (N = M; line: mean over seeds, dots: seeds; x on the bottom "
-                  "edge: diverged)", "sacreBLEU", written[0])
+    plot_vs_depth(by_method, "Test sacreBLEU vs depth (N = M; filled: mean over seeds, dots: the seeds; hollow: one "
+                  "seed; x on the bottom edge: diverged)", "sacreBLEU", written[0])
     plotted = [r for r in every_seed if r.get("seed", 1) == 1]  # the curves: one line a method
 
     groups = over_seeds(results)
@@ -551,7 +551,7 @@ def write_plots(results: List[dict], workdir: Path, preset: StudyPreset) -> List
         axes.set(title=f"Model update, {depth}L-{depth}L, each method under its own schedule", xlabel="update",
                  ylabel="||F(x, θ_t) − F(x, θ_0)||", yscale="log")
         axes.set_xlim(0, 2 * preset.warmup_updates)  # early training: warmup and as long again
-        axes.legend(fontsize="small")
+        axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the axes: no curve hidden
         written.append(workdir / f"update_norm_{depth}L.png")
         figure.savefig(written[-1], dpi=100, bbox_inches="tight")
         plt.close(figure)
@@ -564,15 +564,23 @@ def write_plots(results: List[dict], workdir: Path, preset: StudyPreset) -> List
     depths = sorted({r["encoder_layers"] for r in plotted if curves[r["name"]]})  # a panel per depth with curves
     if not depths:
         return written
+    plateau = next((r["unigram_plateau"] for r in plotted if r.get("unigram_plateau")), None)
     figure, panels = plt.subplots(1, len(depths), figsize=(3.2 * len(depths), 3.6), sharey=True, squeeze=False)
+    labels = {}  # one legend for all panels, beside them: a method's style is the same in each
     for axes, depth in zip(panels[0], depths):
         for run in (r for r in plotted if r["encoder_layers"] == depth and curves[r["name"]]):
-            axes.plot(*zip(*curves[run["name"]]), **method_style(run["method"]),
-                      label=run["method"] + ("" if run["status"] == FINISHED else f" ({run['status']})"))
+            line, = axes.plot(*zip(*curves[run["name"]]), **method_style(run["method"]))
+            labels.setdefault(run["method"], line)
+            if run["status"] != FINISHED:  # diverged or crashed: an x where its curve ends
+                axes.plot(*curves[run["name"]][-1], "x", color=line.get_color(), markersize=8)
+        if plateau is not None:
+            line = axes.axhline(plateau, color="grey", linewidth=0.8, linestyle="-.")
+            labels.setdefault(f"unigram plateau ({plateau:.3f})", line)
         axes.set(title=f"{depth}L-{depth}L", xlabel="update")
-        axes.legend(fontsize="x-small")
+    panels[0][-1].legend(list(labels.values()), list(labels), fontsize="x-small", loc="upper left",
+                         bbox_to_anchor=(1.02, 1.0))
     panels[0][0].set_ylabel("validation loss (label-smoothed, bits)")
-    figure.suptitle("Validation loss vs update, each method under its own schedule", y=1.02)
+    figure.suptitle("Validation loss vs update, each method under its own schedule (x: diverged)", y=1.02)
     written.append(workdir / "valid_loss_vs_update.png")
     figure.savefig(written[-1], dpi=100, bbox_inches="tight")
     plt.close(figure)
