@@ -97,6 +97,34 @@ def test_verdict_reads_the_loss_against_the_plateau(status, valid_loss, curve, d
     assert runs.verdict(status, valid_loss, curve, 9.264, distinct) == expected
 
 
+def test_the_choosing_reading_follows_its_rule():
+    from deepnmt_plugin.bench.choosing import reading
+
+    def seeds(method, *bleus, verdict="still learning"):
+        return method, [{"test_bleu": b, "verdict": verdict, "status": "finished"} for b in bleus]
+
+    rows = [seeds("dlcl", 20.0, 21.0, 22.0), seeds("tfixup", 19.0, 20.0, 21.0), seeds("deepnorm", 17.0, 18.0, 19.0),
+            seeds("rezero", 9.0, 10.0, 11.0), seeds("admin", 9.3, verdict="stalled at the unigram plateau")]
+    assert reading(rows) == [
+        "- Best: **dlcl**, 21.00 ± 1.00 (3 seeds).",
+        "- Level with it (within one standard deviation): tfixup.",  # 20 + 1 >= 21 - 1; deepnorm's 18 + 1 is not
+        "- Learned no translation in a seed (stalled, ignores the source or diverged): admin.",
+        "- Below 50% of the best's BLEU: rezero.",  # 10 < 10.5
+        "- Best that exports to stock fairseq and CTranslate2: deepnorm, 18.00 ± 1.00."]
+
+
+def test_the_choosing_page_is_written_from_the_committed_cells(tmp_path):
+    from deepnmt_plugin.bench import study
+
+    cells = REPO / "docs" / "depth_study" / "cells"
+    corpus = json.loads(next(cells.glob("*/result.json")).read_text())["corpus"]
+    results = study.kept_results(cells, study.STUDY, corpus)
+    written = tmp_path / "choosing.md"
+    study.write_choosing(study.over_seeds(results), study.WARMUP_METHODS, study.STUDY.warmup_updates,
+                         study.study_title(study.STUDY), written)
+    assert written.read_text() == (REPO / "docs" / "choosing.md").read_text()
+
+
 def test_every_committed_study_record_carries_the_rules_verdict():
     """The tables recompute verdicts on read; the records (docs/depth_study/cells) must say the same."""
     from deepnmt_plugin.bench.study import cell_verdict

@@ -19,7 +19,8 @@ ones': ``results.csv`` (one row a cell), ``results.md``,
 ``bleu_vs_depth.png`` (DeepNet Fig. 1/3), ``bleu_by_shape.png`` (with N-M stacks: deep encoders beside the
 equal stacks), ``update_norm_<depth>L.png`` (DeepNet Fig. 5: early model
 update, each method under its schedule), ``valid_loss_vs_update.png`` (still learning, or stalled),
-``samples.md`` (the first test sentences as each cell translated them)
+``samples.md`` (the first test sentences as each cell translated them), ``choosing.md`` (the recipes ranked per
+stack shape, ``bench/choosing.py``)
 and, per cell, ``train_command.txt`` (its exact ``fairseq-train``), ``train.log``, ``generate.txt``, ``scores.json``.
 """
 
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from deepnmt_plugin.bench import pyplot
+from deepnmt_plugin.bench.choosing import write_choosing
 from deepnmt_plugin.bench.runs import (FAILED, FINISHED, IGNORES_SOURCE, LABEL_SMOOTHING, METHODS, STALLED,
                                        VERDICT_RULES, CellBusy, arch_flags, cell_lock, classify, final_valid_loss, method_style,
                                        plot_vs_depth, say, unfinished, unigram_plateau, update_norm_curve,
@@ -587,6 +589,12 @@ def write_plots(results: List[dict], workdir: Path, preset: StudyPreset) -> List
     return written
 
 
+def study_title(preset: StudyPreset) -> str:
+    return (f"Depth study: {preset.embed_dim}-{preset.ffn_dim}-{preset.heads}, peak lr {preset.lr:g}, "
+            f"{preset.max_update} updates x {preset.max_tokens} tokens, warmup {preset.warmup_updates} for "
+            f"{', '.join(WARMUP_METHODS)}, none for the others")
+
+
 def run(args, preset: StudyPreset, threads: Optional[int]) -> int:
     """The study's driver, called by ``bench.depth.main`` with its parsed arguments."""
     from concurrent.futures import ThreadPoolExecutor
@@ -594,9 +602,7 @@ def run(args, preset: StudyPreset, threads: Optional[int]) -> int:
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     plan = cells(preset, args.methods, args.seeds)
-    title = (f"Depth study: {preset.embed_dim}-{preset.ffn_dim}-{preset.heads}, peak lr {preset.lr:g}, "
-             f"{preset.max_update} updates x {preset.max_tokens} tokens, warmup {preset.warmup_updates} for "
-             f"{', '.join(WARMUP_METHODS)}, none for the others")
+    title = study_title(preset)
     args.unigram_plateau = unigram_plateau(args.data_bin)
     args.corpus = corpus_record(args.data, args.data_bin)
     check_reusable(workdir, plan, preset, args.corpus)
@@ -633,6 +639,7 @@ def run(args, preset: StudyPreset, threads: Optional[int]) -> int:
                 Path(partial).write_text(json.dumps(result, indent=1))
     write_csv(results, workdir / "results.csv")
     write_markdown(results, workdir / "results.md", title)
+    write_choosing(over_seeds(results), WARMUP_METHODS, preset.warmup_updates, title, workdir / "choosing.md")
     write_samples(results, workdir, workdir / "samples.md")
     plots = write_plots(results, workdir, preset)
     say(f"wrote {workdir / 'results.csv'}, {workdir / 'results.md'} and {len(plots)} plots")
