@@ -499,6 +499,13 @@ def test_study_micro_trains_generates_scores_and_resumes(toy_data, tmp_path, cap
     assert rebuilt["valid_loss_curve"] == whole["valid_loss_curve"]  # from the log: nothing was retrained
 
 
+def test_a_seed_or_method_named_twice_is_one_cell():
+    from deepnmt_plugin.bench import study
+
+    cells = study.cells(study.STUDY_MICRO, ["preln", "preln"], [2, 2])
+    assert [cell.name for cell in cells] == ["preln_1L-1L_seed2", "preln_2L-2L_seed2"]
+
+
 def test_study_schedules_and_post_ln_failure_rule():
     from deepnmt_plugin.bench import study
 

@@ -401,6 +401,8 @@ def test_cross_self_attention_trains_and_generates(arch, toy_data, tmp_path):
                               "reads it; give the FFN's dropout as --activation-dropout"),
 ])
 def test_unsupported_flags_refused_in_one_line(arch, flags, message, build_model):
+    if arch in LAYER_INDEXED and "--encoder-layers-to-keep" in flags:  # no advice to prune a model that cannot be
+        message = "encoder_layers_to_keep is not supported by --arch {arch}: every "
     with pytest.raises(SystemExit) as refused:
         build_model(arch, *TASK.get(arch, []), *flags)
     assert str(refused.value.code).startswith("deepnmt: error: " + message.format(arch=arch))

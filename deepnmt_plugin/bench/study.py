@@ -122,9 +122,10 @@ def depth_pairs(depths) -> List[Tuple[int, int]]:
 
 
 def cells(preset: StudyPreset, methods, seeds=(1,)) -> List[Cell]:
-    """The grid (every depth, method and seed), then the checkpointed cells (seed 1: each costs hours)."""
+    """The grid (every depth, method and seed, each once however often it is named), then the checkpointed cells
+    (seed 1: each costs hours)."""
     grid = [Cell(method, encoder, decoder, seed=seed) for encoder, decoder in depth_pairs(preset.depths)
-            for method in methods for seed in seeds]
+            for method in dict.fromkeys(methods) for seed in dict.fromkeys(seeds)]
     return grid + [Cell(method, encoder, decoder, True, updates) for method, encoder, decoder, updates in preset.checkpointed
                    if method in methods]
 

@@ -34,7 +34,8 @@ from torch import Tensor
 
 from deepnmt_plugin.models.admin import OMEGA_UNSET
 from deepnmt_plugin.models.method import (METHODS, AdoptedLinear, ArchitectureError, all_layers, check_depth,
-                                          method_for, record_recipe_layers, trained_layer_numbers)
+                                          check_layers_to_keep, method_for, record_recipe_layers,
+                                          trained_layer_numbers)
 
 
 def _wrap_like_fairseq(layer, cfg):
@@ -540,6 +541,7 @@ def register_deep_architectures(method_name: str) -> None:
             if method.layernorm_embedding:
                 args.layernorm_embedding = True
             method.check_args(args, arch)
+            check_layers_to_keep(args, arch)
 
         architecture.__name__ = arch
         register_model_architecture("deep_transformer", arch)(architecture)

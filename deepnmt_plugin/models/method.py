@@ -232,12 +232,18 @@ class DeepMethod:
 
 
 def check_depth(args, arch: str) -> None:
-    """At least one layer per stack (every recipe's constants divide by, or take the log of, the depth), and
-    layers to keep that exist."""
+    """At least one layer per stack: every recipe's constants divide by, or take the log of, the depth."""
     for side in ("encoder", "decoder"):
         layers = getattr(args, f"{side}_layers")
         if layers < 1:
             raise ArchitectureError(f"--{side}-layers {layers}: --arch {arch} needs at least 1 layer")
+
+
+def check_layers_to_keep(args, arch: str) -> None:
+    """Layers to keep given where they work (at load, not to fairseq-train) and that exist; checked after the recipe's
+    own refusals, so that a recipe that cannot be pruned says so instead of advising a form it then refuses."""
+    for side in ("encoder", "decoder"):
+        layers = getattr(args, f"{side}_layers")
         keep = getattr(args, f"{side}_layers_to_keep", None)
         if isinstance(keep, list):  # parsed from fairseq-train's command line, where fairseq 0.12 crashes on it
             raise ArchitectureError(
