@@ -79,8 +79,16 @@ def load_config(path: str) -> dict:
     """A table's config. Besides the required keys it may give ``batch_by_depth`` (a depth's own
     ``tokens_per_update`` / ``max_tokens``, where the recipe batches it differently) and ``method_depths``
     (the depths a method is run at, where the paper reports fewer than the table's ``depths``)."""
-    with open(path) as handle:
-        config = yaml.safe_load(handle)
+    try:
+        with open(path) as handle:
+            config = yaml.safe_load(handle)
+    except OSError as error:
+        raise SystemExit(f"deepnmt: error: cannot read the table's config {path}: {error.strerror}")
+    except yaml.YAMLError as error:
+        raise SystemExit(f"deepnmt: error: {path} is not YAML: {' '.join(str(error).split())}")
+    if not isinstance(config, dict):
+        raise SystemExit(f"deepnmt: error: {path} holds a {type(config).__name__}, not a table's config (a mapping of "
+                         "table, source_lang, target_lang, train, methods, depths, generate, bleu)")
     missing = {"table", "source_lang", "target_lang", "train", "methods", "depths", "generate", "bleu"} - config.keys()
     if missing:
         raise SystemExit(f"deepnmt: error: {path} lacks {', '.join(sorted(missing))}")

@@ -80,19 +80,33 @@ def read_generate_output(path: str, sentences: Optional[int] = None) -> Tuple[Li
     if unmatched:
         raise ScoringError(f"{path} is incomplete: sentences {id_list(unmatched)} lack a hypothesis or a reference")
     expected = sentences if sentences is not None else max(hypotheses) + 1
-    extra = sorted(hypotheses.keys() - set(range(expected)))
+    extra = sorted(i for i in hypotheses if i >= expected)
     if extra:
         raise ScoringError(f"{path} holds sentences {id_list(extra)}, beyond the {expected} of the test set")
-    missing = sorted(set(range(expected)) - hypotheses.keys())
-    if missing:
+    if len(hypotheses) < expected:  # the ids are below expected and distinct: some are missing (named without
+        # building the whole id range, which one stray huge id would make too large for memory)
+        missing = first_missing(sorted(hypotheses), expected)
         raise ScoringError(f"{path} holds {len(hypotheses)} of the {expected} test sentences (missing "
-                           f"{id_list(missing)}): refusing a partial BLEU (fairseq-generate leaves out a last "
+                           f"{id_list(missing, total=expected - len(hypotheses))}): refusing a partial BLEU (fairseq-generate leaves out a last "
                            "batch whose size is not a multiple of --required-batch-size-multiple: pass 1)")
     return [hypotheses[i] for i in range(expected)], [references[i] for i in range(expected)]
 
 
-def id_list(ids: List[int], shown: int = 5) -> str:
-    return ", ".join(map(str, ids[:shown])) + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
+def first_missing(ids: List[int], expected: int, count: int = 5) -> List[int]:
+    """The first ``count`` numbers of 0 .. expected - 1 that the sorted, distinct ``ids`` lack."""
+    missing, next_id = [], 0
+    for i in [*ids, expected]:
+        missing += range(next_id, min(i, next_id + count - len(missing)))
+        if len(missing) >= count:
+            break
+        next_id = i + 1
+    return missing[:count]
+
+
+def id_list(ids: List[int], shown: int = 5, total: Optional[int] = None) -> str:
+    """The first ``shown`` ids, and how many more of ``total`` (default: of ``ids``)."""
+    total = len(ids) if total is None else total
+    return ", ".join(map(str, ids[:shown])) + (f" and {total - shown} more" if total > shown else "")
 
 
 def source_language(data_bin: str, subset: str, target_lang: str) -> str:
@@ -151,8 +165,15 @@ def score(
 
 def sacrebleu_test_set_references(test_set: str, source_lang: str, target_lang: str) -> List[str]:
     """The raw references of a sacreBLEU test set (data-prep fills its cache for offline use)."""
+    from sacrebleu.dataset import DATASETS
     from sacrebleu.utils import get_reference_files
 
+    if test_set not in DATASETS:
+        raise ScoringError(f"--sacrebleu-test-set {test_set}: sacreBLEU knows no such test set (e.g. wmt14/full, "
+                           "wmt17; sacrebleu --list names them)")
+    pairs = DATASETS[test_set].langpairs
+    if f"{source_lang}-{target_lang}" not in pairs:
+        raise ScoringError(f"--sacrebleu-test-set {test_set} has no {source_lang}-{target_lang} references")
     (path,) = get_reference_files(test_set, f"{source_lang}-{target_lang}")
     with open(path, encoding="utf-8") as lines:
         return [line.rstrip("\n") for line in lines]

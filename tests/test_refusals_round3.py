@@ -1,6 +1,7 @@
 """Silent wrong results turned into refusals or whole results: averaging checkpoints of different models that share
 parameter names, converting a ``--cross-self-attention`` model to CTranslate2, scoring text that holds a tab or a lone
-carriage return."""
+carriage return; and one line where a traceback was (a huge sentence id, an unknown sacreBLEU test set, a reproduction
+config missing, malformed or a list)."""
 
 import pytest
 import torch
@@ -139,3 +140,42 @@ def test_scoring_still_reads_crlf_line_ends(tmp_path, capsys):
     found = scores(tmp_path, capsys, SENTENCES, SENTENCES, newline="\r\n")
     assert (found["bleu_tokenized"], found["sentences"]) == ("100.0", "2")
     assert scoring.read_generate_output(str(tmp_path / "generate.txt")) == (SENTENCES, SENTENCES)
+
+
+# --- one line where a traceback was -------------------------------------------------------------------------------
+
+def test_scoring_a_stray_huge_sentence_id_is_refused_in_one_line(tmp_path):
+    """The scorer named the missing ids by building the whole id range: a MemoryError for one id of 10^11."""
+    path = tmp_path / "generate.txt"
+    path.write_text("T-99999999999\ta house\nH-99999999999\t-0.1\ta house\n")
+    assert refused(lambda: scoring.main([str(path), "--target-lang", "en"])) == (
+        f"deepnmt: error: {path} holds 1 of the 100000000000 test sentences (missing 0, 1, 2, 3, 4 and 99999999994 "
+        "more): refusing a partial BLEU (fairseq-generate leaves out a last batch whose size is not a multiple of "
+        "--required-batch-size-multiple: pass 1)")
+
+
+@pytest.mark.parametrize("test_set, message", [
+    ("wmt99/xx", "--sacrebleu-test-set wmt99/xx: sacreBLEU knows no such test set"),
+    ("wmt14/full", "--sacrebleu-test-set wmt14/full has no de-xx references"),
+])
+def test_scoring_refuses_an_unknown_sacrebleu_test_set_in_one_line(test_set, message, tmp_path):
+    path = tmp_path / "generate.txt"
+    path.write_text("T-0\ta house\nH-0\t-0.1\ta house\n")
+    line = refused(lambda: scoring.main([str(path), "--source-lang", "de", "--target-lang", "xx",
+                                         "--sacrebleu-test-set", test_set]))
+    assert line.startswith(f"deepnmt: error: {message}")
+
+
+@pytest.mark.parametrize("text, message", [
+    (None, "cannot read the table's config {path}: No such file or directory"),
+    ("a: [\n", "{path} is not YAML: while parsing a flow node"),
+    ("- admin\n- deepnorm\n", "{path} holds a list, not a table's config"),
+])
+def test_a_reproduction_config_that_is_missing_malformed_or_a_list_is_refused_in_one_line(text, message, tmp_path):
+    from deepnmt_plugin import reproduce
+
+    path = tmp_path / "table.yaml"
+    if text is not None:
+        path.write_text(text)
+    line = refused(lambda: reproduce.main([str(path), "--data", str(tmp_path), "--dry-run"]))
+    assert line.startswith("deepnmt: error: " + message.format(path=path))
