@@ -275,7 +275,19 @@ def stock_checkpoint(state: dict, path: str) -> dict:
         raise ExportError(f"cannot convert {path} to CTranslate2: it was trained with --cross-self-attention, whose "
                           "decoder self-attention reads the source and the target, and CTranslate2's reads the target "
                           "only; serve it with fairseq")
+    for flag, reason in CTRANSLATE2_UNSUPPORTED.items():
+        value = model_flag(model_cfg, flag)
+        if value and not (flag == "decoder_output_dim" and value == model_flag(model_cfg, "decoder_embed_dim")):
+            raise ExportError(f"cannot convert {path} to CTranslate2: it was trained with --{flag.replace('_', '-')}, "
+                              f"{reason}; serve it with fairseq")
     return state if model_cfg is not None and method is None else export(state, path)
+
+
+CTRANSLATE2_UNSUPPORTED = {  # model flags whose model CTranslate2's transformer does not compute: flag -> why
+    "no_cross_attention": "and every CTranslate2 decoder layer attends to the encoder",
+    "decoder_output_dim": "a projection of the decoder output to another width, which CTranslate2 does not have",
+    "adaptive_softmax_cutoff": "an adaptive softmax output, which CTranslate2 does not compute",
+}
 
 
 def export_ctranslate2(checkpoint: str, output_dir: str, quantization: Optional[str] = None,

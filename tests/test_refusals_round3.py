@@ -101,6 +101,23 @@ def test_ctranslate2_refuses_a_cross_self_attention_model(arch, save_checkpoint,
     assert files_in(tmp_path) == []
 
 
+@pytest.mark.parametrize("flags, reason", [
+    (["--no-cross-attention"], "--no-cross-attention, and every CTranslate2 decoder layer attends to the encoder"),
+    (["--decoder-output-dim", 32], "--decoder-output-dim, a projection of the decoder output to another width, which "
+                                   "CTranslate2 does not have"),
+    (["--adaptive-softmax-cutoff", "20,40"], "--adaptive-softmax-cutoff, an adaptive softmax output, which CTranslate2 "
+                                             "does not compute"),
+], ids=["no-cross-attention", "decoder-output-dim", "adaptive-softmax"])
+def test_ctranslate2_refuses_what_its_transformer_does_not_compute_in_one_line(flags, reason, save_checkpoint, tmp_path):
+    """The converter crashed on these in a traceback (an AttributeError on a missing module)."""
+    checkpoint = save_checkpoint(f"preln-{flags[0]}", "transformer_preln_iwslt_de_en", *flags)
+    output = tmp_path / "ct2"
+    assert refused(lambda: export.main([str(checkpoint), str(output), "--format", "ctranslate2"])) == (
+        f"deepnmt: error: cannot convert {checkpoint} to CTranslate2: it was trained with {reason}; serve it with "
+        "fairseq")
+    assert files_in(tmp_path) == []
+
+
 # --- scoring: the whole text of each line ------------------------------------------------------------------------
 
 SENTENCES = ["the red house sees a small cat near the old river", "a good child finds a blue book on the table"]
