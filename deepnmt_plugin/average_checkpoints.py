@@ -59,6 +59,9 @@ def average_checkpoints(inputs: List[str]) -> dict:
             raise AverageError(f"{inputs[0]} and {path} are checkpoints of different models "
                                f"({', '.join(differences)}); average checkpoints of one model")
         for name, tensor in model.items():
+            if name in sums and sums[name].shape != tensor.shape:  # e.g. the same flags over another dictionary
+                raise AverageError(f"{name} is {tuple(sums[name].shape)} in {inputs[0]} but {tuple(tensor.shape)} in "
+                                   f"{path}: checkpoints of different models; average checkpoints of one model")
             if not tensor.is_floating_point():
                 if name in sums and not torch.equal(sums[name], tensor):
                     raise AverageError(f"{name} differs between {inputs[0]} and {path}; a non-float cannot be averaged")

@@ -70,6 +70,21 @@ def test_average_refuses_checkpoints_of_different_models_that_share_parameter_na
     assert files_in(tmp_path) == []
 
 
+def test_average_refuses_tensors_of_different_shapes_in_one_line(save_checkpoint, tmp_path):
+    """The same flags over another dictionary: the embedding tables differ in size (a RuntimeError before)."""
+    first, other = save_checkpoint("vocabulary-a", "transformer_preln_iwslt_de_en"), tmp_path / "vocabulary-b.pt"
+    state = torch.load(first)
+    state["model"]["encoder.embed_tokens.weight"] = torch.cat([state["model"]["encoder.embed_tokens.weight"]] * 2)
+    torch.save(state, other)
+    output = tmp_path / "averaged.pt"
+    rows = state["model"]["encoder.embed_tokens.weight"].shape
+    line = refused(lambda: average_checkpoints.main(["--inputs", str(first), str(other), "--output", str(output)]))
+    assert line == (f"deepnmt: error: encoder.embed_tokens.weight is ({rows[0] // 2}, {rows[1]}) in {first} but "
+                    f"({rows[0]}, {rows[1]}) in {other}: checkpoints of different models; average checkpoints of one "
+                    "model")
+    assert not output.exists()
+
+
 def test_average_takes_checkpoints_of_one_run_whose_training_flags_differ(save_checkpoint, tmp_path):
     """A run resumed with other training flags (dropout, learning rate, updates, directories) is still one model."""
     first = save_checkpoint("first", "transformer_deepnorm_iwslt_de_en", "--dropout", 0.3)
