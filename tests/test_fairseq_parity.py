@@ -409,6 +409,26 @@ def test_unsupported_flags_refused_in_one_line(arch, flags, message, build_model
     assert "\n" not in str(refused.value.code)
 
 
+def test_shared_embeddings_over_two_dictionaries_are_refused_in_one_line(toy_data, tmp_path):
+    """fairseq raises a ValueError from inside build_model; our archs refuse before building."""
+    import shutil
+
+    from fairseq import options, tasks
+
+    data = tmp_path / "data-bin"
+    shutil.copytree(toy_data, data)
+    dictionary = (data / "dict.en.txt").read_text().splitlines()
+    (data / "dict.en.txt").write_text("\n".join(dictionary[:-1]) + "\n")  # no longer the German one
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        str(data), "--user-dir", USER_DIR, "--arch", "transformer_preln_iwslt_de_en", "--cpu",
+        "--share-all-embeddings"])
+    with pytest.raises(SystemExit) as refused:
+        tasks.setup_task(args).build_model(args)
+    assert str(refused.value.code) == (
+        "deepnmt: error: --share-all-embeddings needs one dictionary for both languages: binarize with "
+        "fairseq-preprocess --joined-dictionary (or --srcdict and --tgtdict naming one file), or drop the flag")
+
+
 def test_layers_to_keep_out_of_range_refused_when_loading(layerdrop_run, toy_data):
     refused = r"^deepnmt: error: encoder_layers_to_keep 0,3: the model has layers 0 \.\. 2$"
     with pytest.raises(SystemExit, match=refused):

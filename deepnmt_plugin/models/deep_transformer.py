@@ -475,6 +475,10 @@ class DeepTransformerModel(TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
+        if getattr(args, "share_all_embeddings", False) and task.source_dictionary != task.target_dictionary:
+            raise ArchitectureError("--share-all-embeddings needs one dictionary for both languages: binarize with "
+                                    "fairseq-preprocess --joined-dictionary (or --srcdict and --tgtdict naming one "
+                                    "file), or drop the flag")
         model = super().build_model(args, task)
         method_for(model.cfg).initialize(model)
         return model
