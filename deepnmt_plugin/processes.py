@@ -86,10 +86,16 @@ def children_stop_with_driver():
 def stop_on_ctrl_c(main: Callable[[], int]) -> int:
     """Runs a driver's ``main``: Ctrl-C raises KeyboardInterrupt in it, which kills its children, even where it was
     started with SIGINT ignored (a shell's background job; Python then keeps it ignored, and the driver would never
-    stop). The driver then ends with one line instead of a traceback, and the shell's status for SIGINT."""
+    stop). The driver then ends with one line instead of a traceback, and the shell's status for SIGINT. A driver whose
+    output's reader went away (``| head``) stops the same way, with the status for SIGPIPE."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return main()
     except KeyboardInterrupt:
         print("deepnmt: stopped by Ctrl-C; the same command resumes where it stopped", file=sys.stderr, flush=True)
         return 128 + signal.SIGINT
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit would fail again
+        print("deepnmt: stopped: the reader of its output closed it (| head?); the same command resumes where it "
+              "stopped", file=sys.stderr, flush=True)
+        return 128 + signal.SIGPIPE

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import shlex
 import signal
 import subprocess
 import sys
@@ -317,3 +318,18 @@ def test_a_resumed_reproduction_training_keeps_the_lines_of_the_killed_attempt(t
     second = "print('| train_inner | loss=8.0 | num_updates=2')"
     assert run_logged([sys.executable, "-c", second], log, echo=False, append=True) == 0
     assert logged_losses(log.read_text()) == [9.1, 8.0]
+
+
+def test_a_driver_whose_reader_closes_its_output_stops_in_one_line(tmp_path):
+    """``driver | head -1``: the drivers (study, sweep, reproduction) end with one line, not a BrokenPipeError
+    traceback, and the shell's status for SIGPIPE."""
+    driver = ("import sys; from deepnmt_plugin.processes import stop_on_ctrl_c\n"
+              "def main():\n    for _ in range(10 ** 6):\n        print('| train_inner | loss=9.1', flush=True)\n"
+              "    return 0\nsys.exit(stop_on_ctrl_c(main))")
+    result = subprocess.run(f"{shlex.quote(sys.executable)} -c {shlex.quote(driver)} | head -1; "
+                            "echo \"status ${PIPESTATUS[0]}\" >&2", shell=True, executable="/bin/bash", cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert result.stdout == "| train_inner | loss=9.1\n"
+    assert result.stderr.splitlines() == [
+        "deepnmt: stopped: the reader of its output closed it (| head?); the same command resumes where it stopped",
+        "status 141"]
