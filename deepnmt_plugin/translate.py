@@ -10,6 +10,8 @@ written already).
 
 import argparse
 import itertools
+import math
+import os
 import sys
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator, List
@@ -42,9 +44,20 @@ class RawTextTranslator:
     def __init__(self, model_dir: str, beam: int = 4, max_len_a: float = 1.2, max_len_b: int = 10,
                  threads: int = 2, batch_size: int = 32, device: str = "cpu"):
         self.directory = Path(model_dir)
-        self.steps = TextProcessing.load(self.directory)
-        self.translator = ctranslate2.Translator(str(self.directory), device=device, inter_threads=threads,
-                                                 intra_threads=1)
+        try:
+            self.steps = TextProcessing.load(self.directory)
+        except (ValueError, TypeError) as error:  # not JSON, or not the fields an export writes
+            raise TranslateError(f"{self.directory / TEXT_PROCESSING} is damaged ({' '.join(str(error).split())}): "
+                                 "export the model again")
+        if self.steps.subword is not None and not (self.directory / str(self.steps.subword_model)).is_file():
+            raise TranslateError(f"{model_dir} lacks its subword model {self.steps.subword_model}: export the model "
+                                 "again")
+        try:
+            self.translator = ctranslate2.Translator(str(self.directory), device=device, inter_threads=threads,
+                                                     intra_threads=1)
+        except (RuntimeError, ValueError) as error:  # no model.bin, no vocabulary, a damaged file
+            raise TranslateError(f"CTranslate2 cannot load {model_dir}: {' '.join(str(error).split())}; export the "
+                                 "model again")
         self.beam, self.max_len_a, self.max_len_b, self.batch_size = beam, max_len_a, max_len_b, batch_size
 
     def source_tokens(self, lines: Iterable[str]) -> List[List[str]]:
@@ -107,10 +120,11 @@ def main(argv=None) -> None:
                         ("--buffer-size", args.buffer_size)):
         if value < 1:  # CTranslate2 raises on a beam of 0, waits forever with no thread; no buffer reads nothing
             raise TranslateError(f"{flag} must be at least 1, got {value}")
-    if args.max_len_a < 0 or args.max_len_b < 0 or int(2 * args.max_len_a + args.max_len_b) < 1:
+    if not math.isfinite(args.max_len_a) or args.max_len_a < 0 or args.max_len_b < 0 \
+            or int(2 * args.max_len_a + args.max_len_b) < 1:
         # a one-subword source is 2 tokens with its </s>; CTranslate2 raises on a limit of 0
         raise TranslateError(f"--max-len-a {args.max_len_a:g} --max-len-b {args.max_len_b}: the limit a * source "
-                             "length + b must be at least 1 target token, with a and b not negative")
+                             "length + b must be at least 1 target token, with a and b finite and not negative")
     if args.device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
         raise TranslateError("--device cuda: CTranslate2 finds no CUDA device; use --device cpu or auto")
     if not (Path(args.model) / TEXT_PROCESSING).is_file():
@@ -118,10 +132,14 @@ def main(argv=None) -> None:
                              f"(no {TEXT_PROCESSING})")
     translator = RawTextTranslator(args.model, args.beam, args.max_len_a, args.max_len_b, args.threads,
                                    args.batch_size, args.device)
-    for index, chunk in enumerate(chunks(input_lines(sys.stdin.buffer), args.buffer_size)):
-        translations = translator.translate(chunk, first_line=index * args.buffer_size + 1)
-        sys.stdout.write("".join(translation + "\n" for translation in translations))
-        sys.stdout.flush()
+    try:
+        for index, chunk in enumerate(chunks(input_lines(sys.stdin.buffer), args.buffer_size)):
+            translations = translator.translate(chunk, first_line=index * args.buffer_size + 1)
+            sys.stdout.write("".join(translation + "\n" for translation in translations))
+            sys.stdout.flush()
+    except BrokenPipeError:  # the reader went away (| head): nothing more to translate for
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit would fail again
+        raise TranslateError("stopped: the reader of the translations closed them (| head?)")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ failing in a traceback."""
 
 import json
 import os
+import shlex
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -82,6 +84,35 @@ def test_translate_refuses_a_line_longer_than_the_models_source_positions(model_
     assert refused(result) == message and len(result.stdout.decode().split("\n")) == 3
 
 
+@pytest.mark.parametrize("damage, message", [
+    ("model.bin", "CTranslate2 cannot load {model}: "),
+    ("shared_vocabulary.json", "CTranslate2 cannot load {model}: "),
+    ("text_processing.json", "{model}/text_processing.json is damaged ("),
+])
+def test_translate_refuses_a_damaged_model_directory_in_one_line(damage, message, model_dir, tmp_path):
+    """A file missing (model.bin, the vocabulary) or cut short (the text steps): one line, not a traceback."""
+    model = tmp_path / "model"
+    shutil.copytree(model_dir, model)
+    vocabularies = sorted(path.name for path in model.glob("*vocabulary*"))
+    if damage == "text_processing.json":
+        (model / damage).write_text((model / damage).read_text()[:20])
+    else:
+        for name in vocabularies if "vocabulary" in damage else [damage]:
+            (model / name).unlink()
+    line = refused(run("translate", "--model", model, "--threads", 1, stdin=b"haus\n"))
+    assert line.startswith("deepnmt: error: " + message.format(model=model)) and line.endswith("export the model again")
+
+
+def test_translate_whose_reader_closes_its_output_stops_in_one_line(model_dir):
+    result = subprocess.run(["bash", "-c", f"{shlex.quote(sys.executable)} -m deepnmt_plugin.translate --model "
+                             f"{shlex.quote(str(model_dir))} --threads 1 --buffer-size 1 | head -1; "
+                             "echo \"status ${PIPESTATUS[0]}\" >&2"],
+                            input=b"haus\n" * 5000, capture_output=True, timeout=600)
+    assert len(result.stdout.splitlines()) == 1
+    assert result.stderr.decode().splitlines() == [
+        "deepnmt: error: stopped: the reader of the translations closed them (| head?)", "status 1"]
+
+
 def test_translate_refuses_a_line_that_is_not_utf8(model_dir):
     result = run("translate", "--model", model_dir, "--threads", 1, stdin=b"haus\nSchlie\xdfen\n")
     assert refused(result) == ("deepnmt: error: input line 2 is not UTF-8 (its byte 7 is 0xdf); convert the input "
@@ -96,9 +127,11 @@ def test_translate_refuses_a_line_that_is_not_utf8(model_dir):
     (["--threads", "0"], "--threads must be at least 1, got 0"),
     (["--device", "cuda"], "--device cuda: CTranslate2 finds no CUDA device; use --device cpu or auto"),
     (["--max-len-a", "0", "--max-len-b", "0"], "--max-len-a 0 --max-len-b 0: the limit a * source length + b must be "
-                                               "at least 1 target token, with a and b not negative"),
+                                               "at least 1 target token, with a and b finite and not negative"),
     (["--max-len-b", "-1"], "--max-len-a 1.2 --max-len-b -1: the limit a * source length + b must be at least 1 "
-                            "target token, with a and b not negative"),
+                            "target token, with a and b finite and not negative"),
+    (["--max-len-a", "nan"], "--max-len-a nan --max-len-b 10: the limit a * source length + b must be at least 1 "
+                             "target token, with a and b finite and not negative"),
 ])
 def test_translate_refuses_a_bad_flag_in_one_line(flags, message, model_dir, capsys):
     if "cuda" in flags and ctranslate2.get_cuda_device_count():
