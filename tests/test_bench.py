@@ -399,7 +399,7 @@ def study_cell(workdir, name):
 @pytest.mark.slow
 def test_study_micro_trains_generates_scores_and_resumes(toy_data, tmp_path, capsys, monkeypatch):
     """--preset study-micro end to end on the toy corpus: a cell interrupted after its first checkpoint resumes
-    from it, every cell is scored on test, results.csv has the issue's columns, and the plots are written."""
+    from it, every cell is scored on test, results.csv has one column per figure the report reads, and the plots are written."""
     from deepnmt_plugin.bench import study
 
     monkeypatch.chdir(REPO)

@@ -1,6 +1,6 @@
 """Checkpoints: every file in --save-dir appears atomically, an unreadable checkpoint_last.pt falls
 back to the newest intact checkpoint, and resuming repeats the uninterrupted run update for update, at an
-epoch boundary and mid-epoch, dropout on (the issue's setup: Pre-LN, inverse_sqrt with 10 warmup updates,
+epoch boundary and mid-epoch, dropout on (the setup that found the fault: Pre-LN, inverse_sqrt with 10 warmup updates,
 seed 7, 500 tokens a batch: 32 updates an epoch on the toy corpus)."""
 
 import contextlib
@@ -29,7 +29,7 @@ ISSUE_SETUP = [
     "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", 0.1, "--max-tokens", 500, "--seed", 7,
     "--max-update", END, "--save-interval-updates", 4, "--log-format", "simple", "--log-interval", 1,
 ]
-# Kills fairseq-train (SIGKILL) halfway through its second copy to checkpoint_last.pt, the write the issue
+# Kills fairseq-train (SIGKILL) halfway through its second copy to checkpoint_last.pt, the write a report
 # saw torn; stock fairseq copies with shutil.copyfile straight into checkpoint_last.pt.
 KILLED_DURING_COPY = """
 import os, shutil, signal, sys
@@ -53,7 +53,7 @@ cli_main()
 
 
 def train(data, save_dir, check=True):
-    """fairseq-train in the issue's setup; returns the process, its log (fairseq logs to stdout) in ``.log``."""
+    """fairseq-train in that setup; returns the process, its log (fairseq logs to stdout) in ``.log``."""
     result = fairseq_cli("fairseq-train", data, *ISSUE_SETUP, "--save-dir", save_dir, check=check)
     result.log = result.stdout + result.stderr
     return result
@@ -116,7 +116,7 @@ def test_a_kill_while_copying_to_checkpoint_last_leaves_the_previous_one(straigh
 
 
 def test_an_unreadable_checkpoint_last_resumes_from_the_newest_intact_checkpoint(straight, toy_data, tmp_path):
-    """The issue's torn file: a 0-byte checkpoint_last.pt beside intact checkpoints. The newest other one is
+    """The torn file that was reported: a 0-byte checkpoint_last.pt beside intact checkpoints. The newest other one is
     truncated too, so the fallback is the epoch checkpoint written before it."""
     straight_dir = straight[0]
     for age, name in enumerate(["checkpoint_1_28.pt", "checkpoint1.pt", "checkpoint_2_36.pt"]):

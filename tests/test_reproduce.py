@@ -184,7 +184,7 @@ def test_half_precision_without_a_gpu_is_refused_in_one_line():
 
 @pytest.mark.parametrize(
     "config, method, expected",
-    [  # the papers' / reference code's recipes, as listed in the issue
+    [  # the papers' / reference code's recipes
         ("admin_wmt14_en_de", "admin", "--optimizer radam --adam-betas '(0.9, 0.98)' --lr 1e-3 --lr-scheduler inverse_sqrt "
          "--warmup-updates 8000 --warmup-init-lr 1e-7 --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --clip-norm 0"),
         ("admin_iwslt14_de_en", "admin", "--lr 7e-4 --lr-scheduler inverse_sqrt --warmup-updates 6000"),
