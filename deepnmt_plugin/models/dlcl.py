@@ -33,10 +33,12 @@ def dlcl_initial_weights(num_layers: int) -> Tensor:
 
 def weighted_sum(weights: Tensor, history: List[Tensor]) -> Tensor:
     """sum_k weights[k] * history[k], accumulated term by term: autograd keeps the history once, not a stacked copy
-    of it, so memory stays linear in depth (DLCL, DenseFormer)."""
+    of it, so memory stays linear in depth (DLCL, DenseFormer). The sum is accumulated in place (autograd saves no
+    partial sum): a new partial sum per term, each freed at once, fragmented the CPU allocator's heap until a 50L-50L
+    forward held 3x Pre-LN's peak memory."""
     combined = weights[0] * history[0]
     for k in range(1, len(history)):
-        combined = combined + weights[k] * history[k]
+        combined.add_(weights[k] * history[k])
     return combined
 
 
