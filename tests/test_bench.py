@@ -637,3 +637,16 @@ def torch_version() -> str:
     import torch
 
     return torch.__version__
+
+
+def test_memory_bench_reports_each_archs_step_peak_against_the_first(toy_data, tmp_path, capsys):
+    from deepnmt_plugin.bench import memory
+
+    records = tmp_path / "memory.csv"
+    assert memory.main(["--data", str(toy_data), "--layers", "1", "--tokens", "64", "--archs", "transformer_preln",
+                        "transformer_dlcl", "--csv", str(records)]) == 0
+    table = capsys.readouterr().out
+    assert "| transformer_preln | 1L-1L |" in table and "| transformer_dlcl | 1L-1L |" in table
+    rows = list(csv.DictReader(records.open()))
+    assert [row["arch"] for row in rows] == ["transformer_preln", "transformer_dlcl"]
+    assert all(float(row["step_peak_mib"]) >= 0 for row in rows) and rows[0]["ratio"] in ("1.0", "")

@@ -61,7 +61,7 @@ def measure(args) -> List[dict]:
         rows.append(json.loads(result.stdout.strip().splitlines()[-1]))
         print(f"{arch}: {rows[-1]['step_peak_mib']} MiB", file=sys.stderr, flush=True)
     for row in rows:
-        row["ratio"] = round(row["step_peak_mib"] / rows[0]["step_peak_mib"], 3)
+        row["ratio"] = round(row["step_peak_mib"] / rows[0]["step_peak_mib"], 3) if rows[0]["step_peak_mib"] else None
     return rows
 
 
