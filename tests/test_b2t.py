@@ -1,7 +1,6 @@
 """B2T connection (Takase et al. 2023): Post-LN, and the last sublayer of each layer adds the layer's input;
 the authors' code scales each layer's weights by N^-1/2 (encoder) and M^-1/2 (decoder)."""
 
-import pytest
 import torch
 
 from recipe_helpers import SMALL, record, small_model

@@ -1,6 +1,5 @@
 """Pre-LN (Xiong et al. 2020): LayerNorm inside each branch, a final LayerNorm on both stacks."""
 
-import pytest
 import torch
 
 

@@ -10,11 +10,11 @@ times; the stack outputs their sum (then Pre-LN's final LayerNorm). Every sublay
 * ``A = A_static + s_a * tanh(norm(H) W_a)``, ``B = B_static + s_b * tanh(norm(H) W_b)``, per stream: W_a is
   C x (1 + n), W_b is C x 1, s_a = s_b = 0.01, norm the paper's LayerNorm.
 
-Initialisation (Sec. 2.3): W_a = W_b = 0, A_r = I, B = 1, A_m = e_k with k the sublayer's index in the stack mod n:
+The paper's initialisation: W_a = W_b = 0, A_r = I, B = 1, A_m = e_k with k the sublayer's index in the stack mod n:
 every stream then carries the same Pre-LN residual, so the model starts as Pre-LN (the n-fold sum is undone by the final
 LayerNorm).
 
-mHC (``--hyper-sinkhorn-iters K``): the same parameters, without tanh, constrained as in the paper's Eq. 8:
+mHC (``--hyper-sinkhorn-iters K``): the same parameters, without tanh, with the paper's manifold constraints:
 ``A_m = sigmoid(.)``, ``B = 2 * sigmoid(.)`` and ``A_r`` doubly stochastic by K Sinkhorn-Knopp iterations on its
 exponential (the paper uses 20), with separate scales for A_m, A_r and B and an RMSNorm for norm; computed in float32.
 The paper's coefficients read all n streams flattened (norm over n * C); here, as in the ``hyper-connections`` package
@@ -24,7 +24,7 @@ The streams' tensor is T x B x n x C inside the stack; LayerDrop skips a layer's
 initialisation of the sublayers is kept.
 """
 
-from typing import List, Optional
+from typing import List
 
 import torch
 import torch.nn as nn
@@ -39,7 +39,7 @@ DYNAMIC_SCALE = 0.01  # s_a, s_b (the paper's and the package's init)
 
 def sinkhorn(logits: Tensor, iterations: int) -> Tensor:
     """exp(logits) made (nearly) doubly stochastic over its last two dimensions by Sinkhorn-Knopp: columns, then rows,
-    ``iterations`` times (mHC Eq. 9); the column maximum is subtracted first, for float range."""
+    ``iterations`` times (mHC's projection onto the doubly stochastic matrices); the column maximum is subtracted first, for float range."""
     matrix = (logits - logits.amax(dim=-2, keepdim=True).detach()).exp()
     for _ in range(iterations):
         matrix = matrix / matrix.sum(dim=-2, keepdim=True).clamp_min(1e-12)
