@@ -83,6 +83,12 @@ def children_stop_with_driver():
         raise
 
 
+def silence_closed_stdout() -> None:
+    """After a BrokenPipeError (the reader of stdout went away, ``| head``): stdout to /dev/null, or Python's flush at
+    exit fails again, with a second traceback."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def stop_on_ctrl_c(main: Callable[[], int]) -> int:
     """Runs a driver's ``main``: Ctrl-C raises KeyboardInterrupt in it, which kills its children, even where it was
     started with SIGINT ignored (a shell's background job; Python then keeps it ignored, and the driver would never
@@ -95,7 +101,7 @@ def stop_on_ctrl_c(main: Callable[[], int]) -> int:
         print("deepnmt: stopped by Ctrl-C; the same command resumes where it stopped", file=sys.stderr, flush=True)
         return 128 + signal.SIGINT
     except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit would fail again
+        silence_closed_stdout()
         print("deepnmt: stopped: the reader of its output closed it (| head?); the same command resumes where it "
               "stopped", file=sys.stderr, flush=True)
         return 128 + signal.SIGPIPE

@@ -11,7 +11,6 @@ written already).
 import argparse
 import itertools
 import math
-import os
 import sys
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator, List
@@ -19,6 +18,7 @@ from typing import BinaryIO, Iterable, Iterator, List
 import ctranslate2
 
 from deepnmt_plugin.data import subwords
+from deepnmt_plugin.processes import silence_closed_stdout
 from deepnmt_plugin.serving import TEXT_PROCESSING, TextProcessing, translate_batches
 
 
@@ -138,7 +138,7 @@ def main(argv=None) -> None:
             sys.stdout.write("".join(translation + "\n" for translation in translations))
             sys.stdout.flush()
     except BrokenPipeError:  # the reader went away (| head): nothing more to translate for
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit would fail again
+        silence_closed_stdout()
         raise TranslateError("stopped: the reader of the translations closed them (| head?)")
 
 

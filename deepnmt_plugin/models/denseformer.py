@@ -23,7 +23,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from deepnmt_plugin.models.dlcl import refuse_removing_layers, weighted_sum
-from deepnmt_plugin.models.method import ArchitectureError, DeepMethod, StackConnection, register_method
+from deepnmt_plugin.models.method import DeepMethod, StackConnection, refuse_below_one, register_method
 
 
 def dwa_mask(num_layers: int, dilation: int) -> Tensor:
@@ -84,10 +84,7 @@ class DenseFormer(DeepMethod):
 
     def check_args(self, args, arch: str) -> None:
         super().check_args(args, arch)
-        for flag in ("denseformer_dilation", "denseformer_period"):
-            value = getattr(args, flag, None)
-            if value is not None and value < 1:
-                raise ArchitectureError(f"--{flag.replace('_', '-')} {value}: give a whole number of at least 1")
+        refuse_below_one(args, self.flag_names)
         refuse_removing_layers(args, arch, "DenseFormer")
 
     def stack_connection(self, side: str, embed_dim: int, num_layers: int) -> nn.Module:

@@ -32,14 +32,15 @@ import torch.nn.functional as F
 from fairseq.modules import LayerNorm
 from torch import Tensor
 
-from deepnmt_plugin.models.method import ArchitectureError, DeepMethod, Residual, StackConnection, register_method
+from deepnmt_plugin.models.method import DeepMethod, Residual, StackConnection, refuse_below_one, register_method
 
 DYNAMIC_SCALE = 0.01  # s_a, s_b (the paper's and the package's init)
 
 
 def sinkhorn(logits: Tensor, iterations: int) -> Tensor:
     """exp(logits) made (nearly) doubly stochastic over its last two dimensions by Sinkhorn-Knopp: columns, then rows,
-    ``iterations`` times (mHC's projection onto the doubly stochastic matrices); the column maximum is subtracted first, for float range."""
+    ``iterations`` times (mHC's projection onto the doubly stochastic matrices); the column maximum is subtracted
+    first, for float range."""
     matrix = (logits - logits.amax(dim=-2, keepdim=True).detach()).exp()
     for _ in range(iterations):
         matrix = matrix / matrix.sum(dim=-2, keepdim=True).clamp_min(1e-12)
@@ -152,10 +153,7 @@ class HyperConnections(DeepMethod):
 
     def check_args(self, args, arch: str) -> None:
         super().check_args(args, arch)
-        for flag in ("hyper_streams", "hyper_sinkhorn_iters"):
-            value = getattr(args, flag, None)
-            if value is not None and value < 1:
-                raise ArchitectureError(f"--{flag.replace('_', '-')} {value}: give a whole number of at least 1")
+        refuse_below_one(args, self.flag_names)
 
     def residuals(self, side: str, embed_dim: int, count: int, layer_number: int) -> List[Residual]:
         first = (layer_number - 1) * count  # the sublayer's index in the stack: A_m's initial stream

@@ -17,8 +17,8 @@ A recipe (``DeepMethod``) decides, each in one named place:
   mix of its residual streams);
 * how the layers of a stack are connected (``stack_connection``): what the first layer reads, what
   each next layer reads, what the stack outputs (the previous layer's output, by default; DLCL and
-  ResiDual reach across layers; Hyper-Connections widens the hidden state into several streams), and whether layers report the sum of their branch outputs
-  (``branch_sum``, ResiDual's second stream);
+  ResiDual reach across layers; Hyper-Connections widens the hidden state into several streams), and whether
+  layers report the sum of their branch outputs (``branch_sum``, ResiDual's second stream);
 * the initialisation applied once the model is built (``initialize``);
 * which layouts and fairseq flags it admits (``check_args``): e.g. DeepNorm is Post-LN only;
 * why stock fairseq cannot compute it (``export_refusal``), where ``deepnmt-export`` has no stock layout.
@@ -229,6 +229,14 @@ class DeepMethod:
             raise ArchitectureError(
                 f"--layernorm-embedding contradicts --arch {arch}: {self.name} removes every LayerNorm"
             )
+
+
+def refuse_below_one(args, flags) -> None:
+    """A recipe's whole-number flags (``dest`` names), each refused in one line when given below 1."""
+    for flag in flags:
+        value = getattr(args, flag, None)
+        if value is not None and value < 1:
+            raise ArchitectureError(f"--{flag.replace('_', '-')} {value}: give a whole number of at least 1")
 
 
 def check_depth(args, arch: str) -> None:
