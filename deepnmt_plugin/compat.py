@@ -19,18 +19,21 @@ import re
 import secrets
 import shutil
 import struct
+import types
 from typing import Optional
 
 import numpy
 import torch
 from fairseq import checkpoint_utils, utils
-from fairseq.data import indexed_dataset
+from fairseq.data import bucket_pad_length_dataset, data_utils, indexed_dataset
+from fairseq.data.audio import raw_audio_dataset
 from fairseq.distributed import utils as distributed_utils
 from fairseq.file_io import PathManager
 from fairseq.optim import fp16_optimizer
 from fairseq.tasks import FairseqTask
 from fairseq.tasks.translation import TranslationTask
 from fairseq.trainer import Trainer
+from numpy._core.multiarray import _reconstruct as numpy_reconstruct
 
 logger = logging.getLogger(__name__)
 
@@ -41,15 +44,24 @@ logger = logging.getLogger(__name__)
 # ``--eval-bleu`` keeps sacreBLEU's n-gram counts in its metrics as numpy arrays (numpy's array constructor, an
 # ndarray and the dtype of numpy's default integer or float). We allowlist exactly these instead of turning
 # weights-only loading off for the process.
+# numpy 1.x pickles its array constructor as numpy.core.multiarray._reconstruct and numpy 2 as
+# numpy._core.multiarray._reconstruct (numpy >= 1.26 imports both): both names are allowed, so a checkpoint written under
+# one numpy loads under the other.
 FAIRSEQ_CHECKPOINT_GLOBALS = (
     argparse.Namespace,
     distributed_utils._TensorPlaceholder,
-    numpy.core.multiarray._reconstruct,
+    (numpy_reconstruct, "numpy.core.multiarray._reconstruct"),
+    (numpy_reconstruct, "numpy._core.multiarray._reconstruct"),
     numpy.ndarray,
     numpy.dtype,
     type(numpy.dtype(int)),
     type(numpy.dtype(float)),
 )
+
+
+def _global_name(allowed) -> str:
+    """The name a checkpoint calls an allowed global by: given with it, or its own."""
+    return allowed[1] if isinstance(allowed, tuple) else f"{allowed.__module__}.{allowed.__qualname__}"
 
 
 class CheckpointError(SystemExit):
@@ -64,7 +76,7 @@ class UnsafeCheckpointError(CheckpointError):
     """A checkpoint references a Python global outside the fairseq allowlist."""
 
     def __init__(self, path, found_global: str):
-        allowed = ", ".join(f"{g.__module__}.{g.__qualname__}" for g in FAIRSEQ_CHECKPOINT_GLOBALS)
+        allowed = ", ".join(_global_name(allowed) for allowed in FAIRSEQ_CHECKPOINT_GLOBALS)
         super().__init__(path, f"it references {found_global}", (
             f"deepnmt: error: refusing to load checkpoint {path}: it references {found_global}, which is not one "
             f"of the types fairseq checkpoints contain ({allowed}); "
@@ -545,6 +557,39 @@ def _pruning_one_stack_keeps_the_other(prune_state_dict):
     return prune
 
 
+# fairseq 0.12 still calls numpy names that numpy has removed: np.float (gone since numpy 1.24; DynamicCRF, the
+# non-autoregressive models' CRF) and np.compat.long (gone in numpy 2; LanguagePairDataset with --num-batch-buckets,
+# TokenBlockDataset's "eos" mode). Each is the Python type numpy's alias stood for. fairseq looks them up when the call
+# runs, so restoring them when the plugin is imported (fairseq-train --user-dir imports it before any dataset or model
+# is built) is in time for every entry point. (Its np.int sits in compute_mask_indices' no_overlap branch, which fails
+# before reaching it on any numpy: it calls randint on a numpy Generator.)
+REMOVED_NUMPY_NAMES = {"float": float}
+REMOVED_NUMPY_COMPAT_NAMES = {"long": int}
+
+
+def _restore_numpy_names_fairseq_calls() -> None:
+    for name, value in REMOVED_NUMPY_NAMES.items():
+        if name not in vars(numpy):
+            setattr(numpy, name, value)
+    if "compat" not in vars(numpy):
+        numpy.compat = types.ModuleType("numpy.compat", "numpy 1.x's numpy.compat, as far as fairseq 0.12 uses it")
+    for name, value in REMOVED_NUMPY_COMPAT_NAMES.items():
+        if not hasattr(numpy.compat, name):
+            setattr(numpy.compat, name, value)
+
+
+def _percentile_by_method(get_buckets):
+    """fairseq's ``get_buckets`` (``--num-batch-buckets``) passes ``np.percentile(..., interpolation=)``, which numpy 2.4
+    removed; the same buckets under the argument's name since numpy 1.22, ``method=``."""
+
+    @functools.wraps(get_buckets)
+    def buckets(sizes, num_buckets):
+        return numpy.unique(numpy.percentile(sizes, numpy.linspace(0, 100, num_buckets + 1), method="lower")[1:])
+
+    buckets.deepnmt_wrapped = True
+    return buckets
+
+
 def _wrap(owner, name: str, shim, static: bool = False) -> None:
     """Replace ``owner.name`` by ``shim(owner.name)`` once (importing the plugin twice wraps nothing twice)."""
     current = getattr(owner, name)
@@ -553,6 +598,9 @@ def _wrap(owner, name: str, shim, static: bool = False) -> None:
 
 
 def install():
+    _restore_numpy_names_fairseq_calls()
+    for module in (data_utils, bucket_pad_length_dataset, raw_audio_dataset):  # the latter two import it by name
+        _wrap(module, "get_buckets", _percentile_by_method)
     if hasattr(torch.serialization, "add_safe_globals"):  # torch >= 2.4; older torch loads unrestricted
         torch.serialization.add_safe_globals(list(FAIRSEQ_CHECKPOINT_GLOBALS))
     _wrap(checkpoint_utils, "load_checkpoint_to_cpu", _refuse_unreadable)
