@@ -125,6 +125,31 @@ def test_the_choosing_page_is_written_from_the_committed_cells(tmp_path):
     assert written.read_text() == (REPO / "docs" / "choosing.md").read_text()
 
 
+def test_the_readme_table_is_written_from_the_committed_cells():
+    """Every number of the README's depth-study table is the committed cells' mean ± sd, with their failures."""
+    from deepnmt_plugin.bench import choosing, study
+
+    cells = REPO / "docs" / "depth_study" / "cells"
+    corpus = json.loads(next(cells.glob("*/result.json")).read_text())["corpus"]
+    groups = study.over_seeds(study.kept_results(cells, study.STUDY, corpus))
+    readme = REPO / "README.md"
+    assert choosing.rewrite_table(readme, groups) == readme.read_text()
+    assert "| dlcl | 17.73 ± 0.52 |" in "\n".join(choosing.depth_table(groups))  # the cells as the report quotes them
+
+
+def test_a_table_cell_names_failed_seeds_and_partial_seed_sets():
+    from deepnmt_plugin.bench.choosing import table_cell
+    from deepnmt_plugin.bench.runs import DIVERGED, IGNORES_SOURCE, STALLED
+
+    def cell(seed, bleu, verdict="still learning", status="finished"):
+        return {"seed": seed, "test_bleu": bleu, "verdict": verdict, "status": status}
+
+    assert table_cell([cell(1, 0.39, IGNORES_SOURCE)]) == "0.39 (ignores the source)"
+    assert table_cell([cell(1, 19.0), cell(2, 20.0)]) == "19.50 ± 0.71 (seeds 1–2)"
+    assert table_cell([cell(1, 0.0, STALLED), cell(2, 1.0, IGNORES_SOURCE), cell(3, None, status=DIVERGED)]) == (
+        "0.33 ± 0.58 (1/3 stalled; 1/3 ignore the source; 1/3 diverged)")
+
+
 def test_every_committed_study_record_carries_the_rules_verdict():
     """The tables recompute verdicts on read; the records (docs/depth_study/cells) must say the same."""
     from deepnmt_plugin.bench.study import cell_verdict

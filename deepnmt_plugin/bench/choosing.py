@@ -3,8 +3,14 @@
 For each stack shape the recipes ranked by mean test sacreBLEU over their seeds, with the spread, the cells' verdicts,
 peak memory and time per update, whether the model exports to stock fairseq and CTranslate2, and the schedule it was
 trained with; then the reading of each shape by one rule (``reading``), so that every sentence follows from its table.
+Also the README's depth-study table (``depth_table``): every recipe by every shape.
+
+``python -m deepnmt_plugin.bench.choosing`` rewrites ``docs/choosing.md`` and the README's table from the committed
+cells (``docs/depth_study/cells``); tests/test_bench.py fails when either differs from what it writes.
 """
 
+import argparse
+import json
 import statistics
 from pathlib import Path
 from typing import Dict, List, Tuple
@@ -80,6 +86,53 @@ def verdict_counts(group: List[dict]) -> str:
     return ", ".join(f"{count} {word}" for word, count in counts.items())
 
 
+#: the README's depth-study table sits between these two lines
+TABLE_START, TABLE_END = "<!-- depth-study table: written by python -m deepnmt_plugin.bench.choosing -->", "<!-- end -->"
+#: how a table cell names the seeds that learned no translation: (one seed, several)
+FAILURE_WORDS = {STALLED: ("stalled", "stalled"), IGNORES_SOURCE: ("ignores the source", "ignore the source"),
+                 DIVERGED: ("diverged", "diverged")}
+
+
+def recipe_label(method: str) -> str:
+    """The method's name, with its arch and flags where they are not ``transformer_<method>``."""
+    command = [METHODS[method], *METHOD_FLAGS.get(method, ())]
+    return method if command == [f"transformer_{method}"] else f"{method} (`{' '.join(command)}`)"
+
+
+def table_cell(group: List[dict]) -> str:
+    """Mean ± sd of the seeds' test BLEU, the seeds when they are neither one nor three, and each failure's count."""
+    seeds = sorted(r.get("seed", 1) for r in group)
+    notes = []
+    if len(seeds) not in (1, 3):
+        contiguous = seeds == list(range(seeds[0], seeds[-1] + 1))
+        notes.append(f"seeds {seeds[0]}–{seeds[-1]}" if contiguous else "seeds " + ", ".join(map(str, seeds)))
+    for verdict, (one, several) in FAILURE_WORDS.items():
+        count = sum((r["status"] == DIVERGED) if verdict == DIVERGED else (r["verdict"] == verdict) for r in group)
+        if count:
+            notes.append(one if len(group) == 1 else f"{count}/{len(group)} {several}")
+    return mean_sd(bleus(group)) + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def depth_table(groups: Dict[Tuple[str, int, int], List[dict]]) -> List[str]:
+    """The README's table: a row per recipe (the study's order), a column per shape; – where a shape was not run."""
+    shapes = sorted({(encoder, decoder) for _, encoder, decoder in groups}, key=lambda s: (s[0] + s[1], s[0]))
+    methods = [method for method in METHODS if any(key[0] == method for key in groups)]
+    lines = ["| method | " + " | ".join(f"{encoder}L-{decoder}L" for encoder, decoder in shapes) + " |",
+             "|---|" + "---|" * len(shapes)]
+    for method in methods:
+        cells = [table_cell(groups[(method, *shape)]) if (method, *shape) in groups else "–" for shape in shapes]
+        lines.append(f"| {recipe_label(method)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def rewrite_table(readme: Path, groups: Dict[Tuple[str, int, int], List[dict]]) -> str:
+    """``readme``'s text with the lines between TABLE_START and TABLE_END replaced by ``depth_table``."""
+    text = readme.read_text()
+    before, rest = text.split(TABLE_START + "\n", 1)
+    _, after = rest.split("\n" + TABLE_END, 1)
+    return before + TABLE_START + "\n" + "\n".join(depth_table(groups)) + "\n" + TABLE_END + after
+
+
 def write_choosing(groups: Dict[Tuple[str, int, int], List[dict]], warmup_methods, warmup_updates: int, title: str,
                    path: Path) -> None:
     """``groups``: the study's grid cells by (method, encoder layers, decoder layers), every seed (``over_seeds``)."""
@@ -114,3 +167,24 @@ def write_choosing(groups: Dict[Tuple[str, int, int], List[dict]], warmup_method
               f"failed; a recipe learned no translation where a seed stalled, ignores the source or diverged; it is far "
               f"behind where its mean is below {FAR_BEHIND:.0%} of the best's (`deepnmt_plugin/bench/choosing.py`)."]
     path.write_text("\n".join(lines) + "\n")
+
+
+def main(argv=None) -> None:
+    from deepnmt_plugin.bench import study  # study imports this module
+
+    parser = argparse.ArgumentParser(description="Rewrite docs/choosing.md and the README's depth-study table from the "
+                                                 "committed cells.")
+    parser.add_argument("--cells", type=Path, default=Path("docs/depth_study/cells"))
+    parser.add_argument("--choosing", type=Path, default=Path("docs/choosing.md"))
+    parser.add_argument("--readme", type=Path, default=Path("README.md"))
+    args = parser.parse_args(argv)
+    corpus = json.loads(next(args.cells.glob("*/result.json")).read_text())["corpus"]
+    groups = study.over_seeds(study.kept_results(args.cells, study.STUDY, corpus))
+    write_choosing(groups, study.WARMUP_METHODS, study.STUDY.warmup_updates, study.study_title(study.STUDY),
+                   args.choosing)
+    args.readme.write_text(rewrite_table(args.readme, groups))
+    print(f"wrote {args.choosing} and the depth-study table of {args.readme}")
+
+
+if __name__ == "__main__":
+    main()
