@@ -5,12 +5,10 @@ peak memory and time per update, whether the model exports to stock fairseq and 
 trained with; then the reading of each shape by one rule (``reading``), so that every sentence follows from its table.
 Also the README's depth-study table (``depth_table``): every recipe by every shape.
 
-``python -m deepnmt_plugin.bench.choosing`` rewrites ``docs/choosing.md`` and the README's table from the committed
+``python -m deepnmt_plugin.bench.from_cells`` rewrites ``docs/choosing.md`` and the README's table from the committed
 cells (``docs/depth_study/cells``); tests/test_bench.py fails when either differs from what it writes.
 """
 
-import argparse
-import json
 import statistics
 from pathlib import Path
 from typing import Dict, List, Tuple
@@ -87,7 +85,7 @@ def verdict_counts(group: List[dict]) -> str:
 
 
 #: the README's depth-study table sits between these two lines
-TABLE_START, TABLE_END = "<!-- depth-study table: written by python -m deepnmt_plugin.bench.choosing -->", "<!-- end -->"
+TABLE_START, TABLE_END = "<!-- depth-study table: written by python -m deepnmt_plugin.bench.from_cells -->", "<!-- end -->"
 #: how a table cell names the seeds that learned no translation: (one seed, several)
 FAILURE_WORDS = {STALLED: ("stalled", "stalled"), IGNORES_SOURCE: ("ignores the source", "ignore the source"),
                  DIVERGED: ("diverged", "diverged")}
@@ -168,23 +166,3 @@ def write_choosing(groups: Dict[Tuple[str, int, int], List[dict]], warmup_method
               f"behind where its mean is below {FAR_BEHIND:.0%} of the best's (`deepnmt_plugin/bench/choosing.py`)."]
     path.write_text("\n".join(lines) + "\n")
 
-
-def main(argv=None) -> None:
-    from deepnmt_plugin.bench import study  # study imports this module
-
-    parser = argparse.ArgumentParser(description="Rewrite docs/choosing.md and the README's depth-study table from the "
-                                                 "committed cells.")
-    parser.add_argument("--cells", type=Path, default=Path("docs/depth_study/cells"))
-    parser.add_argument("--choosing", type=Path, default=Path("docs/choosing.md"))
-    parser.add_argument("--readme", type=Path, default=Path("README.md"))
-    args = parser.parse_args(argv)
-    corpus = json.loads(next(args.cells.glob("*/result.json")).read_text())["corpus"]
-    groups = study.over_seeds(study.kept_results(args.cells, study.STUDY, corpus))
-    write_choosing(groups, study.WARMUP_METHODS, study.STUDY.warmup_updates, study.study_title(study.STUDY),
-                   args.choosing)
-    args.readme.write_text(rewrite_table(args.readme, groups))
-    print(f"wrote {args.choosing} and the depth-study table of {args.readme}")
-
-
-if __name__ == "__main__":
-    main()
