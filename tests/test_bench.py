@@ -115,23 +115,20 @@ def test_the_choosing_reading_follows_its_rule():
 
 def test_the_choosing_page_is_written_from_the_committed_cells(tmp_path):
     from deepnmt_plugin.bench import study
+    from deepnmt_plugin.bench.from_cells import committed_groups
 
-    cells = REPO / "docs" / "depth_study" / "cells"
-    corpus = json.loads(next(cells.glob("*/result.json")).read_text())["corpus"]
-    results = study.kept_results(cells, study.STUDY, corpus)
     written = tmp_path / "choosing.md"
-    study.write_choosing(study.over_seeds(results), study.WARMUP_METHODS, study.STUDY.warmup_updates,
-                         study.study_title(study.STUDY), written)
+    study.write_choosing(committed_groups(REPO / "docs" / "depth_study" / "cells"), study.WARMUP_METHODS,
+                         study.STUDY.warmup_updates, study.study_title(study.STUDY), written)
     assert written.read_text() == (REPO / "docs" / "choosing.md").read_text()
 
 
 def test_the_readme_table_is_written_from_the_committed_cells():
     """Every number of the README's depth-study table is the committed cells' mean ± sd, with their failures."""
-    from deepnmt_plugin.bench import choosing, study
+    from deepnmt_plugin.bench import choosing
+    from deepnmt_plugin.bench.from_cells import committed_groups
 
-    cells = REPO / "docs" / "depth_study" / "cells"
-    corpus = json.loads(next(cells.glob("*/result.json")).read_text())["corpus"]
-    groups = study.over_seeds(study.kept_results(cells, study.STUDY, corpus))
+    groups = committed_groups(REPO / "docs" / "depth_study" / "cells")
     readme = REPO / "README.md"
     assert choosing.rewrite_table(readme, groups) == readme.read_text()
     assert "| dlcl | 17.73 ± 0.52 |" in "\n".join(choosing.depth_table(groups))  # the cells as the report quotes them

@@ -165,4 +165,3 @@ def write_choosing(groups: Dict[Tuple[str, int, int], List[dict]], warmup_method
               f"failed; a recipe learned no translation where a seed stalled, ignores the source or diverged; it is far "
               f"behind where its mean is below {FAR_BEHIND:.0%} of the best's (`deepnmt_plugin/bench/choosing.py`)."]
     path.write_text("\n".join(lines) + "\n")
-
