@@ -123,15 +123,61 @@ def test_the_choosing_page_is_written_from_the_committed_cells(tmp_path):
     assert written.read_text() == (REPO / "docs" / "choosing.md").read_text()
 
 
-def test_the_readme_table_is_written_from_the_committed_cells():
-    """Every number of the README's depth-study table is the committed cells' mean ± sd, with their failures."""
-    from deepnmt_plugin.bench import choosing
+def test_the_readme_block_and_the_reports_budget_bound_cells_are_written_from_the_records():
+    """Every number of the README's depth-study table and findings is the committed cells' (mean ± sd, standing), and
+    the report's budget-bound cells are the trained-on records' by the rule."""
+    from deepnmt_plugin.bench import choosing, study
     from deepnmt_plugin.bench.from_cells import committed_groups
 
     groups = committed_groups(REPO / "docs" / "depth_study" / "cells")
-    readme = REPO / "README.md"
-    assert choosing.rewrite_table(readme, groups) == readme.read_text()
-    assert "| dlcl | 17.73 ± 0.52 |" in "\n".join(choosing.depth_table(groups))  # the cells as the report quotes them
+    readme = (REPO / "README.md").read_text()
+    assert choosing.splice(readme, choosing.README_START, choosing.readme_block(groups, study.STUDY)) == readme
+    assert "| dlcl | 17.73 ± 0.52 |" in readme  # the cells as the report quotes them
+    report = (REPO / "docs" / "depth_study" / "README.md").read_text()
+    lines = choosing.budget_bound_lines(REPO / "docs" / "depth_study" / "extended", groups, study.STUDY.max_update)
+    assert choosing.splice(report, choosing.BUDGET_BOUND_START, lines) == report
+    assert "preln 18L-18L (at update 4,000)" in " ".join(lines)  # 16.10 >= 0.9 x its 6L seed's 14.91; 11.24 is not
+
+
+def test_the_committed_results_csv_is_the_cells(tmp_path):
+    """results.csv, which the report's tables quote, holds exactly the committed cells' records."""
+    from deepnmt_plugin.bench import study
+    from deepnmt_plugin.bench.from_cells import CELLS
+
+    cells = REPO / CELLS
+    corpus = json.loads(next(cells.glob("*/result.json")).read_text())["corpus"]
+    study.write_csv(study.kept_results(cells, study.STUDY, corpus), tmp_path / "results.csv")
+    assert (tmp_path / "results.csv").read_text() == (REPO / "docs" / "depth_study" / "results.csv").read_text()
+
+
+@pytest.mark.parametrize("bleu, six_layer, learned_nothing, expected", [
+    (9.0, 10.0, False, runs.KEEPS_BLEU), (8.99, 10.0, False, runs.LOSES_BLEU), (5.0, 10.0, False, runs.LOSES_BLEU),
+    (4.99, 10.0, False, runs.FAILS), (12.0, 10.0, True, runs.FAILS)])
+def test_a_methods_standing_at_a_depth_is_its_share_of_its_6L_bleu(bleu, six_layer, learned_nothing, expected):
+    assert runs.standing(bleu, six_layer, learned_nothing) == expected
+
+
+def test_a_cell_is_budget_bound_only_when_trained_on_it_keeps_its_bleu_within_three_budgets():
+    assert runs.budget_bound_at({3000: 8.0, 4000: 9.0, 5000: 12.0}, 10.0, 2000) == 4000
+    assert runs.budget_bound_at({3000: 8.0, 6000: 8.9}, 10.0, 2000) is None  # still below 90 % at 6,000
+    assert runs.budget_bound_at({8000: 15.0}, 10.0, 2000) is None  # past three budgets: not by this rule
+    assert runs.budget_bound_at({2000: 15.0}, 10.0, 2000) is None  # the budget itself is not trained on
+
+
+def test_the_findings_rank_each_shape_and_say_each_recipes_standing():
+    from deepnmt_plugin.bench.choosing import findings
+
+    def group(*bleus, verdict="still learning"):
+        return [{"seed": seed, "test_bleu": b, "verdict": verdict, "status": "finished"} for seed, b in enumerate(bleus, 1)]
+
+    groups = {("dlcl", 6, 6): group(18.0, 19.0, 20.0), ("preln", 6, 6): group(14.0, 15.0, 16.0),
+              ("admin", 6, 6): group(15.0),
+              ("dlcl", 18, 18): group(20.0, 21.0, 22.0), ("preln", 18, 18): group(9.0, 10.0, 11.0),
+              ("admin", 18, 18): group(0.0, verdict="stalled at the unigram plateau")}
+    assert findings(groups) == [
+        "- **6L-6L**: best dlcl (19.00 ± 1.00).",  # preln's 15 + 1 does not reach 19 - 1
+        "- **18L-18L**: best dlcl (21.00 ± 1.00); keep ≥ 90\u00a0% of their 6L BLEU: dlcl; keep 50\u00a0%–90\u00a0%: "
+        "preln; fail (below 50\u00a0%, or a seed learned no translation): admin."]
 
 
 def test_a_table_cell_names_failed_seeds_and_partial_seed_sets():

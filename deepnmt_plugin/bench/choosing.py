@@ -3,17 +3,24 @@
 For each stack shape the recipes ranked by mean test sacreBLEU over their seeds, with the spread, the cells' verdicts,
 peak memory and time per update, whether the model exports to stock fairseq and CTranslate2, and the schedule it was
 trained with; then the reading of each shape by one rule (``reading``), so that every sentence follows from its table.
-Also the README's depth-study table (``depth_table``): every recipe by every shape.
+Also the README's depth-study block (``readme_block``): what the study is, every recipe by every shape
+(``depth_table``) and each shape's findings by the same rules (``findings``), and the report's list of budget-bound
+cells (``budget_bound_lines``), from the cells trained on past the budget.
 
-``python -m deepnmt_plugin.bench.from_cells`` rewrites ``docs/choosing.md`` and the README's table from the committed
-cells (``docs/depth_study/cells``); tests/test_bench.py fails when either differs from what it writes.
+``python -m deepnmt_plugin.bench.from_cells`` rewrites ``docs/choosing.md``, the README's block and the report's list
+from the committed records (``docs/depth_study/cells``, ``docs/depth_study/extended``); tests/test_bench.py fails when
+any differs from what it writes.
 """
 
+import json
 import statistics
+import textwrap
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
-from deepnmt_plugin.bench.runs import DIVERGED, IGNORES_SOURCE, METHOD_FLAGS, METHODS, STALLED
+from deepnmt_plugin.bench.runs import (BUDGET_BOUND, BUDGETS_TRAINED_ON, DIVERGED, FAILS, FAILS_BELOW, IGNORES_SOURCE,
+                                       KEEPS, KEEPS_BLEU, LOSES_BLEU, METHOD_FLAGS, METHODS, STALLED, budget_bound_at,
+                                       standing)
 from deepnmt_plugin.models.method import METHODS as RECIPES
 
 #: a recipe is far behind at a shape when its mean is below this share of the shape's best mean
@@ -46,17 +53,26 @@ def mean_sd(values: List[float]) -> str:
     return f"{statistics.mean(values):.2f}" + (f" ± {statistics.stdev(values):.2f}" if len(values) > 1 else "")
 
 
+def sd(group: List[dict]) -> float:
+    return statistics.stdev(bleus(group)) if len(group) > 1 else 0.0
+
+
+def level_with_best(rows: List[Tuple[str, List[dict]]]) -> List[str]:
+    """The recipes after the best (``rows[0]``) whose mean plus its standard deviation reaches the best mean less its
+    standard deviation, and none of whose seeds failed."""
+    best_group = rows[0][1]
+    floor = statistics.mean(bleus(best_group)) - sd(best_group)
+    return [method for method, group in rows[1:]
+            if statistics.mean(bleus(group)) + sd(group) >= floor and not failures(group)]
+
+
 def reading(rows: List[Tuple[str, List[dict]]]) -> List[str]:
-    """The rule: the best is the highest mean; the others whose mean plus its standard deviation reaches the best mean
-    less its standard deviation, and none of whose seeds failed, are level with it; a recipe failed where a seed learned
-    no translation (stalled, ignores the source, diverged); it is far behind where its mean is below FAR_BEHIND of the
-    best's."""
+    """The rule: the best is the highest mean; the others level with it (``level_with_best``); a recipe failed where a
+    seed learned no translation (stalled, ignores the source, diverged); it is far behind where its mean is below
+    FAR_BEHIND of the best's."""
     best_method, best_group = rows[0]
     best = statistics.mean(bleus(best_group))
-    best_sd = statistics.stdev(bleus(best_group)) if len(best_group) > 1 else 0.0
-    level = [method for method, group in rows[1:]
-             if statistics.mean(bleus(group)) + (statistics.stdev(bleus(group)) if len(group) > 1 else 0)
-             >= best - best_sd and not failures(group)]
+    level = level_with_best(rows)
     failing = [method for method, group in rows if failures(group)]
     behind = [method for method, group in rows if not failures(group) and statistics.mean(bleus(group)) < FAR_BEHIND * best]
     seeds = f"{len(best_group)} seeds" if len(best_group) > 1 else "one seed"
@@ -84,8 +100,10 @@ def verdict_counts(group: List[dict]) -> str:
     return ", ".join(f"{count} {word}" for word, count in counts.items())
 
 
-#: the README's depth-study table sits between these two lines
-TABLE_START, TABLE_END = "<!-- depth-study table: written by python -m deepnmt_plugin.bench.from_cells -->", "<!-- end -->"
+#: the README's depth-study block, and the report's list of budget-bound cells, sit between a start line and END
+README_START = "<!-- depth-study block: written by python -m deepnmt_plugin.bench.from_cells -->"
+BUDGET_BOUND_START = "<!-- budget-bound cells: written by python -m deepnmt_plugin.bench.from_cells -->"
+END = "<!-- end -->"
 #: how a table cell names the seeds that learned no translation: (one seed, several)
 FAILURE_WORDS = {STALLED: ("stalled", "stalled"), IGNORES_SOURCE: ("ignores the source", "ignore the source"),
                  DIVERGED: ("diverged", "diverged")}
@@ -113,9 +131,9 @@ def table_cell(group: List[dict]) -> str:
 
 def depth_table(groups: Dict[Tuple[str, int, int], List[dict]]) -> List[str]:
     """The README's table: a row per recipe (the study's order), a column per shape; – where a shape was not run."""
-    shapes = sorted({(encoder, decoder) for _, encoder, decoder in groups}, key=lambda s: (s[0] + s[1], s[0]))
+    shapes = shapes_of(groups)
     methods = [method for method in METHODS if any(key[0] == method for key in groups)]
-    lines = ["| method | " + " | ".join(f"{encoder}L-{decoder}L" for encoder, decoder in shapes) + " |",
+    lines = ["| method | " + " | ".join(shape_name(shape) for shape in shapes) + " |",
              "|---|" + "---|" * len(shapes)]
     for method in methods:
         cells = [table_cell(groups[(method, *shape)]) if (method, *shape) in groups else "–" for shape in shapes]
@@ -123,18 +141,107 @@ def depth_table(groups: Dict[Tuple[str, int, int], List[dict]]) -> List[str]:
     return lines
 
 
-def rewrite_table(readme: Path, groups: Dict[Tuple[str, int, int], List[dict]]) -> str:
-    """``readme``'s text with the lines between TABLE_START and TABLE_END replaced by ``depth_table``."""
-    text = readme.read_text()
-    before, rest = text.split(TABLE_START + "\n", 1)
-    _, after = rest.split("\n" + TABLE_END, 1)
-    return before + TABLE_START + "\n" + "\n".join(depth_table(groups)) + "\n" + TABLE_END + after
+def shape_name(shape: Tuple[int, int]) -> str:
+    return f"{shape[0]}L-{shape[1]}L"
+
+
+def shapes_of(groups) -> List[Tuple[int, int]]:
+    return sorted({(encoder, decoder) for _, encoder, decoder in groups}, key=lambda s: (s[0] + s[1], s[0]))
+
+
+def study_intro(groups: Dict[Tuple[str, int, int], List[dict]], preset) -> List[str]:
+    """What the study is: its shapes, models, corpus, schedule and hardware, from the preset and the cells."""
+    shapes = ", ".join(shape_name(shape) for shape in shapes_of(groups))
+    return [f"Every recipe at the shapes it has cells for ({shapes}; 12L-3L and 50L-6L are deep encoders over shallow "
+            f"decoders): {preset.embed_dim}-{preset.ffn_dim}-{preset.heads} models (width, FFN width, heads) on the "
+            "pinned l10n German→English corpus of Debian UI strings ([data-prep](data-prep/README.md)), peak lr "
+            f"{preset.lr:g} for every recipe, {preset.max_update:,} updates of {preset.max_tokens:,} tokens, an "
+            f"inverse-sqrt warmup of {preset.warmup_updates} updates where the recipe uses one, one CPU thread per "
+            "cell. It ranks the recipes' early training at depth on one small corpus, not their BLEU at paper scale "
+            "(that needs the reproduction scripts on GPUs). Test sacreBLEU, the mean ± sd over three seeds (one seed "
+            "where no sd is given; others named), with the seeds that learned no translation "
+            "([results.md](docs/depth_study/results.md); – : not run):"]
+
+
+def percent(share: float) -> str:
+    return f"{share * 100:.0f}\u00a0%"  # a no-break space: the number and its sign stay on one line
+
+
+def findings(groups: Dict[Tuple[str, int, int], List[dict]]) -> List[str]:
+    """Per shape: the best recipe and those level with it (``reading``'s rule); beyond 6L-6L each recipe's standing
+    against its own 6L-6L mean (``runs.standing``)."""
+    words = {KEEPS_BLEU: f"keep ≥ {percent(KEEPS)} of their 6L BLEU",
+             LOSES_BLEU: f"keep {percent(FAILS_BELOW)}–{percent(KEEPS)}",
+             FAILS: f"fail (below {percent(FAILS_BELOW)}, or a seed learned no translation)"}
+    lines = []
+    for shape in shapes_of(groups):
+        rows = ranked(groups, shape)
+        level = level_with_best(rows)
+        parts = [f"best {rows[0][0]} ({mean_sd(bleus(rows[0][1]))})"
+                 + (f", level with it {', '.join(level)}" if level else "")]
+        if shape != (6, 6):
+            by_standing: Dict[str, List[str]] = {}
+            for method, group in rows:
+                if (method, 6, 6) in groups:
+                    six_layer = statistics.mean(bleus(groups[(method, 6, 6)]))
+                    word = standing(statistics.mean(bleus(group)), six_layer, bool(failures(group)))
+                    by_standing.setdefault(word, []).append(method)
+            parts += [f"{words[word]}: {', '.join(by_standing[word])}" for word in words if word in by_standing]
+        lines.append(f"- **{shape_name(shape)}**: " + "; ".join(parts) + ".")
+    return lines
+
+
+def trained_on(extended: Path, groups: Dict[Tuple[str, int, int], List[dict]],
+               budget: int) -> Iterator[Tuple[str, Tuple[int, int], Optional[int]]]:
+    """(method, shape, ``runs.budget_bound_at``) for every seed-1 cell trained on past the budget (``extended/``)
+    whose committed seed-1 cell does not keep its 6L BLEU at the budget."""
+    for directory in sorted(path for path in extended.iterdir() if path.is_dir()):
+        method, shape_text = directory.name.rsplit("_", 1)
+        shape = tuple(int(part.rstrip("L")) for part in shape_text.split("-"))
+        six_layer = next(r["test_bleu"] for r in groups[(method, 6, 6)] if r.get("seed", 1) == 1)
+        cell = next(r for r in groups[(method, *shape)] if r.get("seed", 1) == 1)
+        if standing(cell["test_bleu"] or 0.0, six_layer, bool(failures([cell]))) == KEEPS_BLEU:
+            continue
+        scores = {int(path.stem.split("_")[1]): json.loads(path.read_text())["sacrebleu"]
+                  for path in directory.glob("scores_*.json")}
+        yield method, shape, budget_bound_at(scores, six_layer, budget)
+
+
+def budget_bound_lines(extended: Path, groups: Dict[Tuple[str, int, int], List[dict]], budget: int) -> List[str]:
+    """Which cells trained on past the budget are budget-bound (``runs.budget_bound_at``), and which are not."""
+    cells = list(trained_on(extended, groups, budget))
+    bound = [f"{method} {shape_name(shape)} (at update {update:,})" for method, shape, update in cells if update]
+    not_bound = [f"{method} {shape_name(shape)}" for method, shape, update in cells if not update]
+    lines = [f"By the rule of section 2 (`deepnmt_plugin/bench/runs.py`): **{BUDGET_BOUND}**, keeping {percent(KEEPS)} "
+             f"of seed 1's 6L BLEU within {BUDGETS_TRAINED_ON * budget:,} updates: {', '.join(bound) or 'none'}."]
+    if not_bound:
+        lines.append(f"Not budget-bound (below {percent(KEEPS)} of it at every score up to "
+                     f"{BUDGETS_TRAINED_ON * budget:,} updates): {', '.join(not_bound)}.")
+    return wrapped(lines)
+
+
+def splice(text: str, start: str, lines: List[str]) -> str:
+    """``text`` with the lines between ``start`` and the next END replaced by ``lines``."""
+    before, rest = text.split(start + "\n", 1)
+    _, after = rest.split(END, 1)
+    return before + start + "\n" + "\n".join(lines) + "\n" + END + after
+
+
+def wrapped(paragraphs: List[str], indent: str = "") -> List[str]:
+    """Each paragraph (or list item) wrapped at the pages' 120 columns, links and hyphenated words kept whole."""
+    return [line for paragraph in paragraphs
+            for line in textwrap.wrap(paragraph, 120, subsequent_indent=indent, break_long_words=False,
+                                      break_on_hyphens=False)]
+
+
+def readme_block(groups: Dict[Tuple[str, int, int], List[dict]], preset) -> List[str]:
+    return [*wrapped(study_intro(groups, preset)), "", *depth_table(groups), "", *wrapped(findings(groups), "  ")]
 
 
 def write_choosing(groups: Dict[Tuple[str, int, int], List[dict]], warmup_methods, warmup_updates: int, title: str,
                    path: Path) -> None:
     """``groups``: the study's grid cells by (method, encoder layers, decoder layers), every seed (``over_seeds``)."""
-    shapes = sorted({(encoder, decoder) for _, encoder, decoder in groups}, key=lambda s: (s[0] + s[1], s[0]))
+    shapes = shapes_of(groups)
     lines = ["# Which recipe at which depth", "",
              "Written by the depth study's driver from its cells (`docs/depth_study/cells`); a test rewrites it from "
              "them and fails on any difference. The study: " + title + ". It is a small-scale study: 64-wide models, "
@@ -149,7 +256,7 @@ def write_choosing(groups: Dict[Tuple[str, int, int], List[dict]], warmup_method
              f"{warmup_updates} updates, or none (the recipes proposed to need none)."]
     for shape in shapes:
         rows = ranked(groups, shape)
-        lines += ["", f"## {shape[0]}L-{shape[1]}L", "",
+        lines += ["", f"## {shape_name(shape)}", "",
                   "| rank | recipe | test sacreBLEU | seeds | verdicts | s/update | peak RSS (GiB) | exports | schedule |",
                   "|---|---|---|---|---|---|---|---|---|"]
         for rank, (method, group) in enumerate(rows, 1):

@@ -1,4 +1,5 @@
-"""Rewrite ``docs/choosing.md`` and the README's depth-study table from the committed cells (``bench/choosing.py``).
+"""Rewrite ``docs/choosing.md``, the README's depth-study block and the report's budget-bound cells from the committed
+records (``bench/choosing.py``).
 
     python -m deepnmt_plugin.bench.from_cells
 """
@@ -8,9 +9,12 @@ import json
 from pathlib import Path
 
 from deepnmt_plugin.bench import study
-from deepnmt_plugin.bench.choosing import rewrite_table, write_choosing
+from deepnmt_plugin.bench.choosing import (BUDGET_BOUND_START, README_START, budget_bound_lines, readme_block, splice,
+                                           write_choosing)
 
 CELLS = Path("docs/depth_study/cells")
+EXTENDED = Path("docs/depth_study/extended")  # seed-1 cells trained on past the budget
+REPORT = Path("docs/depth_study/README.md")
 
 
 def committed_groups(cells: Path = CELLS) -> dict:
@@ -24,12 +28,16 @@ def main(argv=None) -> None:
     parser.add_argument("--cells", type=Path, default=CELLS)
     parser.add_argument("--choosing", type=Path, default=Path("docs/choosing.md"))
     parser.add_argument("--readme", type=Path, default=Path("README.md"))
+    parser.add_argument("--extended", type=Path, default=EXTENDED)
+    parser.add_argument("--report", type=Path, default=REPORT)
     args = parser.parse_args(argv)
     groups = committed_groups(args.cells)
     write_choosing(groups, study.WARMUP_METHODS, study.STUDY.warmup_updates, study.study_title(study.STUDY),
                    args.choosing)
-    args.readme.write_text(rewrite_table(args.readme, groups))
-    print(f"wrote {args.choosing} and the depth-study table of {args.readme}")
+    args.readme.write_text(splice(args.readme.read_text(), README_START, readme_block(groups, study.STUDY)))
+    args.report.write_text(splice(args.report.read_text(), BUDGET_BOUND_START,
+                                  budget_bound_lines(args.extended, groups, study.STUDY.max_update)))
+    print(f"wrote {args.choosing}, the depth-study block of {args.readme} and the budget-bound cells of {args.report}")
 
 
 if __name__ == "__main__":

@@ -136,6 +136,31 @@ def unigram_plateau(data_bin: str, label_smoothing: float = LABEL_SMOOTHING) -> 
     weights = (1 - label_smoothing - eps_i) * valid / valid.sum() + eps_i
     return float(-(weights * np.log2(q)).sum())
 
+# a method's standing at a depth against its own 6L-6L BLEU after the same updates: it keeps its BLEU at KEEPS of it or
+# more, fails below FAILS_BELOW of it (or where a seed learned no translation), and loses BLEU in between
+KEEPS, FAILS_BELOW = 0.9, 0.5
+KEEPS_BLEU, LOSES_BLEU, FAILS = "keeps its 6L BLEU", "loses BLEU", "fails"
+# a cell that does not keep its BLEU at the budget but, trained on under the same schedule, keeps it within this many
+# budgets is budget-bound: it fails (or loses BLEU) at the budget, and more updates, not another recipe, mend it
+BUDGET_BOUND, BUDGETS_TRAINED_ON = "budget-bound", 3
+LEARNED_NOTHING = (STALLED, IGNORES_SOURCE, DIVERGED)
+
+
+def standing(bleu: float, six_layer_bleu: float, learned_nothing: bool = False) -> str:
+    """``bleu`` at a depth against the method's ``six_layer_bleu`` at the same budget (rule above)."""
+    if learned_nothing or bleu < FAILS_BELOW * six_layer_bleu:
+        return FAILS
+    return KEEPS_BLEU if bleu >= KEEPS * six_layer_bleu else LOSES_BLEU
+
+
+def budget_bound_at(bleu_by_update: dict, six_layer_bleu: float, budget: int) -> Optional[int]:
+    """The first update past ``budget``, within BUDGETS_TRAINED_ON budgets, at which a trained-on cell keeps its 6L
+    BLEU (its test BLEU by update); None where it does not: then it is not budget-bound."""
+    for update in sorted(bleu_by_update):
+        if budget < update <= BUDGETS_TRAINED_ON * budget and bleu_by_update[update] >= KEEPS * six_layer_bleu:
+            return update
+    return None
+
 
 def verdict(status: str, valid_loss: Optional[float], curve: List[List[float]], plateau: Optional[float],
             distinct_fraction: Optional[float] = None) -> str:

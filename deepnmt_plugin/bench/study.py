@@ -39,10 +39,10 @@ from typing import List, Optional, Tuple
 
 from deepnmt_plugin.bench import pyplot
 from deepnmt_plugin.bench.choosing import write_choosing
-from deepnmt_plugin.bench.runs import (FAILED, FINISHED, IGNORES_SOURCE, LABEL_SMOOTHING, METHODS, STALLED,
+from deepnmt_plugin.bench.runs import (FAILED, FAILS, FINISHED, IGNORES_SOURCE, LABEL_SMOOTHING, METHODS, STALLED,
                                        VERDICT_RULES, CellBusy, arch_flags, cell_lock, classify, final_valid_loss, method_style,
                                        plot_vs_depth, say, unfinished, unigram_plateau, update_norm_curve,
-                                       valid_loss_curve, verdict)
+                                       standing, valid_loss_curve, verdict)
 from deepnmt_plugin.compat import atomic_write
 from deepnmt_plugin.processes import children_stop_with_driver, owned_process, run_owned
 from deepnmt_plugin.provenance import provenance, recorded_command
@@ -384,14 +384,14 @@ def kept_results(workdir: Path, preset: StudyPreset, corpus: Optional[dict]) -> 
 
 
 def post_ln_failure_depth(results: List[dict]) -> Optional[int]:
-    """The smallest depth at which Post-LN fails: it diverged, or ended below half its 6L-6L BLEU."""
+    """The smallest depth at which Post-LN fails (``runs.standing``): it diverged, or ended below half its 6L-6L BLEU."""
     post_ln = {r["encoder_layers"]: r for r in results if r["method"] == "postln" and not r["checkpoint_activations"]
                and r["encoder_layers"] == r["decoder_layers"] and r.get("seed", 1) == 1}
     if 6 not in post_ln or post_ln[6]["test_bleu"] is None:
         return None
     for depth in sorted(post_ln):
         run = post_ln[depth]
-        if run["status"] == DIVERGED or (run["test_bleu"] is not None and run["test_bleu"] < post_ln[6]["test_bleu"] / 2):
+        if run["status"] == DIVERGED or standing(run["test_bleu"], post_ln[6]["test_bleu"]) == FAILS:
             return depth
     return None
 
