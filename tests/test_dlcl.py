@@ -4,7 +4,8 @@ output; W lower-triangular, initialised to 1/(l+1). Pre-norm (default) and post-
 import pytest
 import torch
 
-from deepnmt_plugin.models.dlcl import dlcl_initial_weights, weighted_sum
+from deepnmt_plugin.models.dlcl import dlcl_initial_weights
+from deepnmt_plugin.models.layer_history import weighted_sum
 from recipe_helpers import record, small_model
 
 

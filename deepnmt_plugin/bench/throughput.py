@@ -14,6 +14,11 @@ Next to the time, the ATen operators one update runs (forward, backward, optimiz
 which launch nothing, left out): on a GPU each is a kernel launch, and a small model's step is bound
 by launches, so this count says what a ratio on a GPU can be without one.
 
+Model FLOPs utilisation: the model's matmul FLOPs of the timed updates (``bench/flops.py``: 3 x the forward's,
+from each batch's shapes) per second, over the device's peak: on CUDA the card's dense datasheet peak at the
+training's precision (``PEAK_TFLOPS``), on the CPU the rate of a 2048 x 2048 fp32 matmul measured at the start on the
+training's threads and clock; ``--peak-tflops`` overrides either.
+
 Two one-off costs are reported as a share of training, since neither runs per update: Admin's
 omega profiling (one forward pass on ``--admin-profile-batches`` 1 batch, at the start of a fresh
 run) against a 1000-update run, and one diagnostics measurement (all groups) against
@@ -21,10 +26,11 @@ run) against a 1000-update run, and one diagnostics measurement (all groups) aga
 """
 
 import argparse
+import re
 import statistics
 import sys
 import time
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from fairseq import options, tasks, utils
@@ -32,6 +38,8 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.trainer import Trainer
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from deepnmt_plugin.bench.depth import positive_float
+from deepnmt_plugin.bench.flops import update_flops
 from deepnmt_plugin.compat import bf16_on_cuda
 from deepnmt_plugin.diagnostics import GROUPS, Diagnostics
 from deepnmt_plugin.models.admin import profile_admin, set_analytic_omega
@@ -43,6 +51,25 @@ DIMS = {  # embed, ffn, heads
     "iwslt": (512, 1024, 4),
     "base": (512, 2048, 8),
 }
+# Dense peak TFLOP/s by precision ("tf32": fp32 matmuls on tensor cores, torch.backends.cuda.matmul.allow_tf32), from
+# NVIDIA's datasheets, which print tensor-core rates with 2:4 sparsity: those halved here. fp16 is with fp32
+# accumulation, as PyTorch's matmuls run. A card matches as a whole word of the CUDA device name ("A10" is not
+# "A100", "L4" not "L40S"), the first that matches: the PCIe and NVL variants before the SXM ones.
+PEAK_TFLOPS = {
+    "H100 PCIe": {"fp32": 51, "tf32": 378, "fp16": 756.5, "bf16": 756.5},  # H100 datasheet
+    "H100 NVL": {"fp32": 60, "tf32": 417.5, "fp16": 835.5, "bf16": 835.5},  # H100 datasheet
+    "H100": {"fp32": 67, "tf32": 494.5, "fp16": 989.5, "bf16": 989.5},  # H100 datasheet, SXM
+    "H200 NVL": {"fp32": 60, "tf32": 417.5, "fp16": 835.5, "bf16": 835.5},  # H200 datasheet
+    "H200": {"fp32": 67, "tf32": 494.5, "fp16": 989.5, "bf16": 989.5},  # H200 datasheet, SXM
+    "A100": {"fp32": 19.5, "tf32": 156, "fp16": 312, "bf16": 312},  # A100 datasheet, SXM and PCIe
+    "A10": {"fp32": 31.2, "tf32": 62.5, "fp16": 125, "bf16": 125},  # A10 datasheet
+    "L4": {"fp32": 30.3, "tf32": 60, "fp16": 121, "bf16": 121},  # L4 datasheet
+    "RTX 4090": {"fp32": 82.6, "tf32": 82.6, "fp16": 165.2, "bf16": 165.2},  # Ada Lovelace architecture whitepaper
+    "V100-PCIE": {"fp32": 14, "tf32": 14, "fp16": 112},  # V100 datasheet; Volta has no TF32 (fp32 runs) nor bf16
+    "V100S": {"fp32": 16.4, "tf32": 16.4, "fp16": 130},  # V100S datasheet
+    "V100": {"fp32": 15.7, "tf32": 15.7, "fp16": 125},  # V100 datasheet, SXM2
+}
+CPU_MATMUL_SIZE = 2048
 
 
 def training_flags(args) -> List[str]:
@@ -97,6 +124,41 @@ def clock() -> float:
     return time.perf_counter() if torch.cuda.is_available() else time.process_time()
 
 
+def cpu_matmul_tflops(repeats: int = 5) -> float:
+    """The CPU's peak: the best of ``repeats`` fp32 matmuls of two 2048 x 2048 matrices, on the threads the training
+    uses (``torch.get_num_threads()``) and timed by its clock (process CPU time)."""
+    a, b = torch.randn(CPU_MATMUL_SIZE, CPU_MATMUL_SIZE), torch.randn(CPU_MATMUL_SIZE, CPU_MATMUL_SIZE)
+    torch.mm(a, b)  # the first call allocates and starts the thread pool
+    times = []
+    for _ in range(repeats):
+        started = clock()
+        torch.mm(a, b)
+        times.append(clock() - started)
+    return 2 * CPU_MATMUL_SIZE ** 3 / min(times) / 1e12
+
+
+def cuda_precision(args) -> str:
+    if args.precision == "fp32" and torch.backends.cuda.matmul.allow_tf32:
+        return "tf32"
+    return args.precision
+
+
+def peak_tflops(args) -> Tuple[Optional[float], str]:
+    """The peak MFU divides by (None when the card is not in ``PEAK_TFLOPS``), and a line saying where it is from."""
+    if args.peak_tflops:
+        return args.peak_tflops, f"Peak {args.peak_tflops:g} TFLOP/s (--peak-tflops)"
+    if args.cpu:
+        peak = cpu_matmul_tflops()
+        return peak, (f"CPU peak measured by a {CPU_MATMUL_SIZE}² fp32 matmul: {1000 * peak:.1f} GFLOP/s "
+                      f"(torch threads: {torch.get_num_threads()}, process CPU time)")
+    name, precision = torch.cuda.get_device_name(), cuda_precision(args)
+    card = next((card for card in PEAK_TFLOPS if re.search(rf"\b{re.escape(card)}\b", name, re.IGNORECASE)), None)
+    if card is None or precision not in PEAK_TFLOPS[card]:
+        return None, f"MFU: no {precision} peak known for {name}: pass --peak-tflops"
+    peak = PEAK_TFLOPS[card][precision]
+    return peak, f"Peak {peak:g} TFLOP/s ({card} {precision} dense, datasheet)"
+
+
 def timed_updates(trainer, batches: list) -> float:
     started = clock()
     for batch in batches:
@@ -146,6 +208,13 @@ def diagnostics_seconds(trainer, repeats: int = 3) -> float:
     return statistics.median(times)
 
 
+def batches_flops(trainer, batches: list) -> int:
+    model, vocab = trainer.cfg.model, len(trainer.task.target_dictionary)
+    # training_flags gives the encoder and the decoder the same dims
+    return sum(update_flops(model.encoder_layers, model.decoder_layers, model.encoder_embed_dim,
+                            model.encoder_ffn_embed_dim, vocab, batch) for batch in batches)
+
+
 def measure(args) -> Dict[str, dict]:
     trainers = {arch: build_trainer(args, arch) for arch in args.archs}
     for trainer in trainers.values():
@@ -172,6 +241,7 @@ def measure(args) -> Dict[str, dict]:
         results[arch] = {"wps": tokens * args.rounds / sum(seconds[arch]), "ratio": statistics.median(ratios),
                          "min": min(ratios), "max": max(ratios),
                          "update_seconds": sum(seconds[arch]) / (args.rounds * len(batches)),
+                         "update_flops": batches_flops(trainers[arch], batches) / len(batches),
                          "operators": operators_per_update(trainers[arch], batches[0])}
     admin = next((a for a in args.archs if "admin" in a), None)
     if admin:
@@ -180,17 +250,23 @@ def measure(args) -> Dict[str, dict]:
     return results
 
 
-def report(args, results: Dict[str, dict]) -> str:
+def report(args, results: Dict[str, dict], peak: Optional[float], peak_line: str) -> str:
     embed, ffn, heads = DIMS[args.dims]
+    baseline = results[args.archs[0]]
     lines = [f"Throughput, {args.layers}L-{args.layers}L {embed}-{ffn}-{heads}, {args.max_tokens} tokens per update, "
              f"{args.rounds} interleaved rounds x {args.updates} updates, {args.precision}, "
-             + ("CPU (process CPU time)" if args.cpu else f"{torch.cuda.get_device_name()} (wall time)"), "",
-             f"| arch | words/s | ratio to {args.archs[0]} (median) | min .. max over rounds | operators per update |",
-             "|---|---|---|---|---|"]
-    base_operators = results[args.archs[0]]["operators"]
+             + ("CPU (process CPU time)" if args.cpu else f"{torch.cuda.get_device_name()} (wall time)"),
+             f"Model FLOPs per update: {baseline['update_flops'] / 1e9:.3f} GFLOP (matmuls, forward and backward, "
+             "mean over the timed batches)", peak_line, "",
+             f"| arch | words/s | ratio to {args.archs[0]} (median) | min .. max over rounds | operators per update "
+             "| TFLOP/s | MFU |",
+             "|---|---|---|---|---|---|---|"]
     for arch, result in results.items():
+        tflops = result["update_flops"] / result["update_seconds"] / 1e12
+        mfu = f"{tflops / peak:.2%}" if peak else "–"
         lines.append(f"| {arch} | {result['wps']:.0f} | {result['ratio']:.3f} | {result['min']:.3f} .. {result['max']:.3f} "
-                     f"| {result['operators']} ({result['operators'] / base_operators:.3f}) |")
+                     f"| {result['operators']} ({result['operators'] / baseline['operators']:.3f}) "
+                     f"| {tflops:.3g} | {mfu} |")
     for arch, result in results.items():
         if "profiling_seconds" in result:
             run = 1000 * result["update_seconds"]
@@ -213,6 +289,8 @@ def parse_arguments(argv=None):
     parser.add_argument("--cpu", action="store_true", help="on the CPU even when CUDA is available")
     parser.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default="fp32",
                         help="fairseq's --fp16 / --bf16 (CUDA only), as the reproduction scripts train")
+    parser.add_argument("--peak-tflops", type=positive_float,
+                        help="the device's peak, for MFU (default: the card's datasheet peak; measured on the CPU)")
     return parser.parse_args(argv)
 
 
@@ -222,7 +300,8 @@ def main(argv=None) -> int:
     args.cpu = args.cpu or not torch.cuda.is_available()
     if args.cpu and args.precision != "fp32":
         raise SystemExit(f"deepnmt: error: --precision {args.precision} needs a CUDA device")
-    print(report(args, measure(args)), flush=True)
+    peak, peak_line = peak_tflops(args)  # before the trainers: the CPU's matmul runs on an otherwise idle process
+    print(report(args, measure(args), peak, peak_line), flush=True)
     return 0
 
 

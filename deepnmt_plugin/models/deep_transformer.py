@@ -158,6 +158,37 @@ class DeepLayer:
             return None
         return f if branches is None else branches + f
 
+    @torch.jit.unused
+    def self_attention(self, query: Tensor, key: Tensor, key_padding_mask: Optional[Tensor],
+                       attn_mask: Optional[Tensor], incremental_state) -> Tensor:
+        """The self-attention sublayer's branch. fairseq runs torch's fused attention only where the projections
+        are plain weights; where the recipe replaced them (Sub-LN's inner LayerNorm before ``out_proj``, σReparam's
+        reparameterised weights, HybridNorm's q/k/v norms) it takes its unfused path (a matmul, a softmax, a matmul,
+        each with its own backward). Here those run the projections as modules around one
+        ``scaled_dot_product_attention`` instead, as stock does; everything else (incremental decoding, bias_kv,
+        zero attention, ONNX tracing) is left to fairseq."""
+        attention = self.self_attn
+        if not attention.skip_embed_dim_check or incremental_state is not None or attention.onnx_trace \
+                or attention.bias_k is not None or attention.add_zero_attn:
+            x, _ = attention(query=query, key=key, value=key, key_padding_mask=key_padding_mask,
+                             incremental_state=incremental_state, need_weights=False, attn_mask=attn_mask)
+            return x
+        length, batch, embed_dim = query.size()
+
+        def heads(x: Tensor) -> Tensor:  # T x B x C -> B x H x T x head_dim
+            return x.view(x.size(0), batch, attention.num_heads, -1).permute(1, 2, 0, 3)
+
+        mask = attn_mask
+        if key_padding_mask is not None:  # fairseq's -inf on padded keys, added to the attention mask as torch does
+            padding = torch.zeros(key_padding_mask.shape, dtype=query.dtype, device=query.device)
+            padding = padding.masked_fill_(key_padding_mask.bool(), float("-inf")).view(batch, 1, 1, -1)
+            mask = padding if mask is None else mask + padding
+        apply_dropout = attention.training or attention.dropout_module.apply_during_inference
+        x = F.scaled_dot_product_attention(
+            heads(attention.q_proj(query)), heads(attention.k_proj(key)), heads(attention.v_proj(key)),
+            attn_mask=mask, dropout_p=attention.dropout_module.p if apply_dropout else 0.0)
+        return attention.out_proj(x.permute(2, 0, 1, 3).reshape(length, batch, embed_dim))
+
     def feed_forward_sublayer(self, x: Tensor, layer_input: Tensor) -> Tuple[Tensor, Tensor]:
         residual = x
         x = self.ffn_residual.branch_input(x)
@@ -200,9 +231,12 @@ class DeepTransformerEncoderLayer(DeepLayer, TransformerEncoderLayerBase):
         x = self.self_attn_residual.branch_input(x)
         if self.self_attn_pre_norm:
             x = self.self_attn_layer_norm(x)
-        x, _ = self.self_attn(
-            query=x, key=x, value=x, key_padding_mask=encoder_padding_mask, need_weights=False, attn_mask=attn_mask,
-        )
+        if torch.jit.is_scripting():
+            x, _ = self.self_attn(
+                query=x, key=x, value=x, key_padding_mask=encoder_padding_mask, need_weights=False, attn_mask=attn_mask,
+            )
+        else:
+            x = self.self_attention(x, x, encoder_padding_mask, attn_mask, None)
         if self.self_attn_output_norm is not None:
             x = self.self_attn_output_norm(x)
         f = self.dropout_module(x)
@@ -262,10 +296,13 @@ class DeepTransformerDecoderLayer(DeepLayer, TransformerDecoderLayerBase):
                     source_padding_mask = self_attn_padding_mask.new_zeros(encoder_out.size(1), encoder_out.size(0))
                 self_attn_padding_mask = torch.cat((source_padding_mask, self_attn_padding_mask), dim=1)
             y = torch.cat((encoder_out, x), dim=0)
-        x, _ = self.self_attn(
-            query=x, key=y, value=y, key_padding_mask=self_attn_padding_mask,
-            incremental_state=incremental_state, need_weights=False, attn_mask=self_attn_mask,
-        )
+        if torch.jit.is_scripting():
+            x, _ = self.self_attn(
+                query=x, key=y, value=y, key_padding_mask=self_attn_padding_mask,
+                incremental_state=incremental_state, need_weights=False, attn_mask=self_attn_mask,
+            )
+        else:
+            x = self.self_attention(x, y, self_attn_padding_mask, self_attn_mask, incremental_state)
         if self.self_attn_output_norm is not None:
             x = self.self_attn_output_norm(x)
         f = self.dropout_module(x)

@@ -12,8 +12,9 @@ X_j with j = i mod k (X_0 in the group of multiples of k); ``--denseformer-perio
 average after every p-th layer only, the others' outputs passed on as they are. Both 1 by default (the paper's
 DenseFormer; its 48-layer models use 4x5 as a faster variant).
 
-The weights index layers by position, so LayerDrop and pruning are refused, as for DLCL, whose term-by-term weighted
-sum (``dlcl.weighted_sum``, memory linear in depth) computes the averages. fairseq's initialisation is kept.
+The weights index layers by position, so LayerDrop and pruning are refused, as for DLCL, whose history
+(``layer_history``: one matrix-vector product per average, memory linear in depth) computes the averages. fairseq's
+initialisation is kept.
 """
 
 from typing import List, Optional
@@ -22,7 +23,8 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from deepnmt_plugin.models.dlcl import refuse_removing_layers, weighted_sum
+from deepnmt_plugin.models.dlcl import refuse_removing_layers
+from deepnmt_plugin.models.layer_history import RecordedHistory, weighted_sum
 from deepnmt_plugin.models.method import DeepMethod, StackConnection, refuse_below_one, register_method
 
 
@@ -43,15 +45,32 @@ class DepthWeightedAverage(StackConnection):
         self.register_buffer("mask", dwa_mask(num_layers, dilation), persistent=False)
 
     def begin(self, x: Tensor, state: List[Tensor]) -> Tensor:
-        state.append(x)
+        if torch.jit.is_scripting():
+            state.append(x)
+        else:
+            self.begin_recorded(x)
         return x
 
     def next_input(self, index: int, x: Tensor, branches: Optional[Tensor], state: List[Tensor]) -> Tensor:
-        state.append(x)
         row = index + 1
-        if row % self.period != 0:
-            return x
-        return weighted_sum(self.weight[row] * self.mask[row], state)
+        if torch.jit.is_scripting():
+            state.append(x)
+            return weighted_sum(self.weight[row] * self.mask[row], state) if row % self.period == 0 else x
+        return self.append_and_average(x, row)
+
+    def output(self, x: Tensor, state: List[Tensor]) -> Tensor:
+        if not torch.jit.is_scripting():
+            self.recorded = None  # the history and its graph belong to the caller's loss from here
+        return x
+
+    @torch.jit.unused
+    def begin_recorded(self, x: Tensor) -> None:
+        self.recorded = RecordedHistory(self.weight * self.mask, x)
+
+    @torch.jit.unused
+    def append_and_average(self, x: Tensor, row: int) -> Tensor:
+        self.recorded.append(x)
+        return self.recorded.combine(row) if row % self.period == 0 else x
 
     def extra_repr(self) -> str:
         return f"layers={self.weight.size(0) - 1}, dilation={self.dilation}, period={self.period}"

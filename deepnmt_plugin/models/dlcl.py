@@ -22,6 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from deepnmt_plugin.models.layer_history import RecordedHistory, weighted_sum
 from deepnmt_plugin.models.method import ArchitectureError, DeepMethod, StackConnection, register_method
 
 
@@ -29,17 +30,6 @@ def dlcl_initial_weights(num_layers: int) -> Tensor:
     """W[l, k] = 1/(l+1) for k <= l, 0 above the diagonal; (L+1) x (L+1)."""
     mask = torch.ones(num_layers + 1, num_layers + 1).tril()
     return mask / mask.sum(dim=1, keepdim=True)
-
-
-def weighted_sum(weights: Tensor, history: List[Tensor]) -> Tensor:
-    """sum_k weights[k] * history[k], accumulated term by term: autograd keeps the history once, not a stacked copy
-    of it, so memory stays linear in depth (DLCL, DenseFormer). The sum is accumulated in place (autograd saves no
-    partial sum): a new partial sum per term, each freed at once, fragmented the CPU allocator's heap until a 50L-50L
-    forward held 3x Pre-LN's peak memory."""
-    combined = weights[0] * history[0]
-    for k in range(1, len(history)):
-        combined.add_(weights[k] * history[k])
-    return combined
 
 
 def refuse_removing_layers(args, arch: str, recipe: str) -> None:
@@ -54,7 +44,9 @@ def refuse_removing_layers(args, arch: str, recipe: str) -> None:
 
 
 class LayerCombination(StackConnection):
-    """``state`` is the layer history G_0(y_0), ..., G_l(y_l); each next input is its W-weighted sum.
+    """The layer history G_0(y_0), ..., G_l(y_l); each next input is its W-weighted sum. In eager mode the history is
+    a ``RecordedHistory`` (a constant number of operators per layer); TorchScript keeps it in ``state`` and sums term
+    by term.
 
     The L LayerNorms (one per layer output, or per combination) are held as (L, C) weight and bias tensors,
     so that TorchScript can pick row ``index``."""
@@ -71,20 +63,35 @@ class LayerCombination(StackConnection):
     def layer_norm(self, x: Tensor, index: int) -> Tensor:
         return F.layer_norm(x, x.shape[-1:], self.norm_weight[index], self.norm_bias[index], 1e-5)
 
-    def combine(self, row: int, state: List[Tensor]) -> Tensor:
-        """sum_k W[row, k] * state[k]."""
-        return weighted_sum(self.weight[row], state)
-
     def begin(self, x: Tensor, state: List[Tensor]) -> Tensor:
-        state.append(x)
-        return self.combine(0, state)
+        if torch.jit.is_scripting():
+            state.append(x)
+            return weighted_sum(self.weight[0], state)
+        return self.begin_recorded(x)
 
     def next_input(self, index: int, x: Tensor, branches: Optional[Tensor], state: List[Tensor]) -> Tensor:
-        if self.post_norm:
-            state.append(x)
-            return self.layer_norm(self.combine(index + 1, state), index)
-        state.append(self.layer_norm(x, index))
-        return self.combine(index + 1, state)
+        entry = x if self.post_norm else self.layer_norm(x, index)  # G_l: the identity, or the layer's LayerNorm
+        if torch.jit.is_scripting():
+            state.append(entry)
+            combined = weighted_sum(self.weight[index + 1], state)
+        else:
+            combined = self.append_and_combine(entry, index + 1)
+        return self.layer_norm(combined, index) if self.post_norm else combined
+
+    def output(self, x: Tensor, state: List[Tensor]) -> Tensor:
+        if not torch.jit.is_scripting():
+            self.recorded = None  # the history and its graph belong to the caller's loss from here
+        return x
+
+    @torch.jit.unused
+    def begin_recorded(self, x: Tensor) -> Tensor:
+        self.recorded = RecordedHistory(self.weight, x)
+        return self.recorded.combine(0)
+
+    @torch.jit.unused
+    def append_and_combine(self, entry: Tensor, row: int) -> Tensor:
+        self.recorded.append(entry)
+        return self.recorded.combine(row)
 
     def extra_repr(self) -> str:
         return f"layers={self.weight.size(0) - 1}, post_norm={self.post_norm}"

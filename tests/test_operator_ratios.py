@@ -1,0 +1,36 @@
+"""Every arch's operators per training update against stock's, as recorded in docs/bench_operators/: a recipe that
+launches more kernels than it did fails here (then make it cheaper, or rerun the tool and say why in
+docs/performance.md)."""
+
+import csv
+
+import pytest
+
+from conftest import REPO
+
+RECORD = REPO / "docs" / "bench_operators" / "operators_6L_tiny.csv"
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    return {row["arch"]: row for row in csv.DictReader(RECORD.open())}
+
+
+@pytest.fixture(scope="module")
+def counted(toy_data, recorded):
+    from deepnmt_plugin.bench.operators import count
+
+    row = next(iter(recorded.values()))
+    return count(str(toy_data), list(recorded), int(row["layers"]), row["dims"], int(row["max_tokens"]))
+
+
+def test_the_record_covers_every_arch(recorded):
+    from deepnmt_plugin.bench.operators import ARCHS
+
+    assert list(recorded) == ARCHS
+
+
+@pytest.mark.slow
+def test_every_arch_launches_the_operators_recorded(counted, recorded):
+    """The count is the machine's and the corpus's only through the batch's shape: the toy corpus gives the record's."""
+    assert {arch: int(row["operators"]) for arch, row in recorded.items()} == counted
