@@ -136,7 +136,21 @@ def test_the_readme_block_and_the_reports_budget_bound_cells_are_written_from_th
     report = (REPO / "docs" / "depth_study" / "README.md").read_text()
     lines = choosing.budget_bound_lines(REPO / "docs" / "depth_study" / "extended", groups, study.STUDY.max_update)
     assert choosing.splice(report, choosing.BUDGET_BOUND_START, lines) == report
+    assert choosing.rewrite_seed_tables(report, groups) == report
+    assert len(choosing.SEED_TABLE_START.findall(report)) == 3  # the 2024–2026 recipes' tables
     assert "preln 18L-18L (at update 4,000)" in " ".join(lines)  # 16.10 >= 0.9 x its 6L seed's 14.91; 11.24 is not
+
+
+def test_a_seed_cell_lists_each_seed_then_the_spread_the_share_of_6L_and_failures():
+    from deepnmt_plugin.bench.choosing import seed_cell
+
+    def cell(seed, bleu, verdict="still learning"):
+        return {"seed": seed, "test_bleu": bleu, "verdict": verdict, "status": "finished"}
+
+    six_layer = [cell(1, 10.0), cell(2, 12.0), cell(3, 14.0)]
+    assert seed_cell([cell(2, 9.0), cell(1, 6.0)], six_layer) == "6.00 / 9.00 (7.50 ± 2.12; 62\u00a0% of 6L)"
+    assert seed_cell([cell(1, 0.0, "stalled at the unigram plateau")], six_layer) == "0.00 (0\u00a0% of 6L; stalled)"
+    assert seed_cell(six_layer, None) == "10.00 / 12.00 / 14.00 (12.00 ± 2.00)"
 
 
 def test_the_committed_results_csv_is_the_cells(tmp_path):

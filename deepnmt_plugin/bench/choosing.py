@@ -13,6 +13,7 @@ any differs from what it writes.
 """
 
 import json
+import re
 import statistics
 import textwrap
 from pathlib import Path
@@ -103,6 +104,10 @@ def verdict_counts(group: List[dict]) -> str:
 #: the README's depth-study block, and the report's list of budget-bound cells, sit between a start line and END
 README_START = "<!-- depth-study block: written by python -m deepnmt_plugin.bench.from_cells -->"
 BUDGET_BOUND_START = "<!-- budget-bound cells: written by python -m deepnmt_plugin.bench.from_cells -->"
+#: the report's per-seed tables: the start line names the table's recipes, then (after "beside") the ones to compare,
+#: in row order; the columns are the shapes the recipes ran
+SEED_TABLE_START = re.compile(r"<!-- seeds of ([a-z_ ]+) beside ([a-z_ ]+): written by python -m "
+                              r"deepnmt_plugin.bench.from_cells -->")
 END = "<!-- end -->"
 #: how a table cell names the seeds that learned no translation: (one seed, several)
 FAILURE_WORDS = {STALLED: ("stalled", "stalled"), IGNORES_SOURCE: ("ignores the source", "ignore the source"),
@@ -225,6 +230,41 @@ def splice(text: str, start: str, lines: List[str]) -> str:
     before, rest = text.split(start + "\n", 1)
     _, after = rest.split(END, 1)
     return before + start + "\n" + "\n".join(lines) + "\n" + END + after
+
+
+def seed_cell(group: List[dict], six_layer: Optional[List[dict]]) -> str:
+    """Each seed's test BLEU in seed order, then mean ± sd, the share of the 6L-6L mean and each failure's count."""
+    ordered = sorted(group, key=lambda r: r.get("seed", 1))
+    notes = [mean_sd(bleus(group))] if len(group) > 1 else []
+    if six_layer is not None and statistics.mean(bleus(six_layer)):
+        notes.append(f"{100 * statistics.mean(bleus(group)) / statistics.mean(bleus(six_layer)):.0f}\u00a0% of 6L")
+    for verdict, (one, several) in FAILURE_WORDS.items():
+        count = sum((r["status"] == DIVERGED) if verdict == DIVERGED else (r["verdict"] == verdict) for r in group)
+        if count:
+            notes.append(one if len(group) == 1 else f"{count}/{len(group)} {several}")
+    return " / ".join(f"{bleu:.2f}" for bleu in bleus(ordered)) + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def seed_table(groups: Dict[Tuple[str, int, int], List[dict]], recipes: List[str], beside: List[str]) -> List[str]:
+    """A row per method, recipes then those beside them; a column per shape any of the recipes ran: the seeds' test
+    BLEU (``seed_cell``)."""
+    shapes = [shape for shape in shapes_of(groups) if any((method, *shape) in groups for method in recipes)]
+    methods = recipes + beside
+    lines = ["| method | " + " | ".join(f"{shape_name(shape)} seeds 1 / 2 / 3" for shape in shapes) + " |",
+             "|---|" + "---|" * len(shapes)]
+    for method in methods:
+        cells = ["–" if (method, *shape) not in groups else
+                 seed_cell(groups[(method, *shape)], None if shape == (6, 6) else groups.get((method, 6, 6)))
+                 for shape in shapes]
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def rewrite_seed_tables(text: str, groups: Dict[Tuple[str, int, int], List[dict]]) -> str:
+    """``text`` with every per-seed table (between a SEED_TABLE_START line and END) written from ``groups``."""
+    for start in SEED_TABLE_START.finditer(text):
+        text = splice(text, start.group(0), seed_table(groups, start.group(1).split(), start.group(2).split()))
+    return text
 
 
 def wrapped(paragraphs: List[str], indent: str = "") -> List[str]:

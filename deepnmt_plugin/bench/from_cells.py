@@ -1,5 +1,5 @@
-"""Rewrite ``docs/choosing.md``, the README's depth-study block and the report's budget-bound cells from the committed
-records (``bench/choosing.py``).
+"""Rewrite ``docs/choosing.md``, the README's depth-study block and the report's budget-bound cells and per-seed
+tables from the committed records (``bench/choosing.py``).
 
     python -m deepnmt_plugin.bench.from_cells
 """
@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 
 from deepnmt_plugin.bench import study
-from deepnmt_plugin.bench.choosing import (BUDGET_BOUND_START, README_START, budget_bound_lines, readme_block, splice,
-                                           write_choosing)
+from deepnmt_plugin.bench.choosing import (BUDGET_BOUND_START, README_START, budget_bound_lines, readme_block,
+                                           rewrite_seed_tables, splice, write_choosing)
 
 CELLS = Path("docs/depth_study/cells")
 EXTENDED = Path("docs/depth_study/extended")  # seed-1 cells trained on past the budget
@@ -35,9 +35,11 @@ def main(argv=None) -> None:
     write_choosing(groups, study.WARMUP_METHODS, study.STUDY.warmup_updates, study.study_title(study.STUDY),
                    args.choosing)
     args.readme.write_text(splice(args.readme.read_text(), README_START, readme_block(groups, study.STUDY)))
-    args.report.write_text(splice(args.report.read_text(), BUDGET_BOUND_START,
-                                  budget_bound_lines(args.extended, groups, study.STUDY.max_update)))
-    print(f"wrote {args.choosing}, the depth-study block of {args.readme} and the budget-bound cells of {args.report}")
+    report = splice(args.report.read_text(), BUDGET_BOUND_START,
+                    budget_bound_lines(args.extended, groups, study.STUDY.max_update))
+    args.report.write_text(rewrite_seed_tables(report, groups))
+    print(f"wrote {args.choosing}, the depth-study block of {args.readme} and the budget-bound cells and per-seed "
+          f"tables of {args.report}")
 
 
 if __name__ == "__main__":
