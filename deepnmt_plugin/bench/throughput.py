@@ -118,8 +118,9 @@ def synchronize() -> None:
 
 def clock() -> float:
     """Wall time on CUDA (after synchronising); on the CPU, this process's CPU time, which other jobs
-    on a shared machine do not inflate (with one thread, as with ``OMP_NUM_THREADS=1``, it is wall time
-    on an idle machine)."""
+    on a shared machine do not inflate with one thread (``OMP_NUM_THREADS=1``; it is then wall time on an idle
+    machine). With several threads on shared cores it does: each thread's wait for the others at the end of a
+    parallel operator counts as CPU time."""
     synchronize()
     return time.perf_counter() if torch.cuda.is_available() else time.process_time()
 
