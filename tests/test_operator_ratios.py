@@ -30,6 +30,13 @@ def test_the_record_covers_every_arch(recorded):
     assert list(recorded) == ARCHS
 
 
+def test_the_performance_page_quotes_the_record(recorded):
+    """docs/performance.md's operator table: each arch's count and ratio as recorded."""
+    page = (REPO / "docs" / "performance.md").read_text()
+    for arch, row in recorded.items():
+        assert f"| {arch} | {row['operators']} | {row['ratio']} |" in page, arch
+
+
 @pytest.mark.slow
 def test_every_arch_launches_the_operators_recorded(counted, recorded):
     """The count is the machine's and the corpus's only through the batch's shape: the toy corpus gives the record's."""

@@ -275,7 +275,11 @@ def wrapped(paragraphs: List[str], indent: str = "") -> List[str]:
 
 
 def readme_block(groups: Dict[Tuple[str, int, int], List[dict]], preset) -> List[str]:
-    return [*wrapped(study_intro(groups, preset)), "", *depth_table(groups), "", *wrapped(findings(groups), "  ")]
+    lead = ("Per shape, by the chooser's rule (the best mean, and those within one standard deviation of it with no "
+            "failed seed: docs/choosing.md) and each recipe's standing against its own 6L-6L mean (the report's "
+            "section 2; a single seed where the table gives no sd):")
+    return [*wrapped(study_intro(groups, preset)), "", *depth_table(groups), "", *wrapped([lead]), "",
+            *wrapped(findings(groups), "  ")]
 
 
 def write_choosing(groups: Dict[Tuple[str, int, int], List[dict]], warmup_methods, warmup_updates: int, title: str,
