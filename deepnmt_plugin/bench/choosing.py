@@ -120,6 +120,16 @@ def recipe_label(method: str) -> str:
     return method if command == [f"transformer_{method}"] else f"{method} (`{' '.join(command)}`)"
 
 
+def failure_notes(group: List[dict]) -> List[str]:
+    """How many of the group's seeds stalled, ignore the source or diverged ("stalled" for a single seed)."""
+    notes = []
+    for verdict, (one, several) in FAILURE_WORDS.items():
+        count = sum((r["status"] == DIVERGED) if verdict == DIVERGED else (r["verdict"] == verdict) for r in group)
+        if count:
+            notes.append(one if len(group) == 1 else f"{count}/{len(group)} {several}")
+    return notes
+
+
 def table_cell(group: List[dict]) -> str:
     """Mean ± sd of the seeds' test BLEU, the seeds when they are neither one nor three, and each failure's count."""
     seeds = sorted(r.get("seed", 1) for r in group)
@@ -127,10 +137,7 @@ def table_cell(group: List[dict]) -> str:
     if len(seeds) not in (1, 3):
         contiguous = seeds == list(range(seeds[0], seeds[-1] + 1))
         notes.append(f"seeds {seeds[0]}–{seeds[-1]}" if contiguous else "seeds " + ", ".join(map(str, seeds)))
-    for verdict, (one, several) in FAILURE_WORDS.items():
-        count = sum((r["status"] == DIVERGED) if verdict == DIVERGED else (r["verdict"] == verdict) for r in group)
-        if count:
-            notes.append(one if len(group) == 1 else f"{count}/{len(group)} {several}")
+    notes += failure_notes(group)
     return mean_sd(bleus(group)) + (f" ({'; '.join(notes)})" if notes else "")
 
 
@@ -238,10 +245,7 @@ def seed_cell(group: List[dict], six_layer: Optional[List[dict]]) -> str:
     notes = [mean_sd(bleus(group))] if len(group) > 1 else []
     if six_layer is not None and statistics.mean(bleus(six_layer)):
         notes.append(f"{100 * statistics.mean(bleus(group)) / statistics.mean(bleus(six_layer)):.0f}\u00a0% of 6L")
-    for verdict, (one, several) in FAILURE_WORDS.items():
-        count = sum((r["status"] == DIVERGED) if verdict == DIVERGED else (r["verdict"] == verdict) for r in group)
-        if count:
-            notes.append(one if len(group) == 1 else f"{count}/{len(group)} {several}")
+    notes += failure_notes(group)
     return " / ".join(f"{bleu:.2f}" for bleu in bleus(ordered)) + (f" ({'; '.join(notes)})" if notes else "")
 
 

@@ -24,8 +24,8 @@ import torch.nn as nn
 from torch import Tensor
 
 from deepnmt_plugin.models.dlcl import refuse_removing_layers
-from deepnmt_plugin.models.layer_history import RecordedHistory, weighted_sum
-from deepnmt_plugin.models.method import DeepMethod, StackConnection, refuse_below_one, register_method
+from deepnmt_plugin.models.layer_history import HistoryConnection, weighted_sum
+from deepnmt_plugin.models.method import DeepMethod, refuse_below_one, register_method
 
 
 def dwa_mask(num_layers: int, dilation: int) -> Tensor:
@@ -34,7 +34,7 @@ def dwa_mask(num_layers: int, dilation: int) -> Tensor:
     return ((columns <= rows) & (columns % dilation == rows % dilation)).float()
 
 
-class DepthWeightedAverage(StackConnection):
+class DepthWeightedAverage(HistoryConnection):
     """``state`` is the history X_0 (the embedding output), X_1, ..., X_l; after layer l the next input is the
     alpha-weighted sum of its dilation group (row l of ``weight``, masked), on every ``period``-th layer."""
 
@@ -48,7 +48,7 @@ class DepthWeightedAverage(StackConnection):
         if torch.jit.is_scripting():
             state.append(x)
         else:
-            self.begin_recorded(x)
+            self.start_history(self.weight * self.mask, x)
         return x
 
     def next_input(self, index: int, x: Tensor, branches: Optional[Tensor], state: List[Tensor]) -> Tensor:
@@ -56,21 +56,7 @@ class DepthWeightedAverage(StackConnection):
         if torch.jit.is_scripting():
             state.append(x)
             return weighted_sum(self.weight[row] * self.mask[row], state) if row % self.period == 0 else x
-        return self.append_and_average(x, row)
-
-    def output(self, x: Tensor, state: List[Tensor]) -> Tensor:
-        if not torch.jit.is_scripting():
-            self.recorded = None  # the history and its graph belong to the caller's loss from here
-        return x
-
-    @torch.jit.unused
-    def begin_recorded(self, x: Tensor) -> None:
-        self.recorded = RecordedHistory(self.weight * self.mask, x)
-
-    @torch.jit.unused
-    def append_and_average(self, x: Tensor, row: int) -> Tensor:
-        self.recorded.append(x)
-        return self.recorded.combine(row) if row % self.period == 0 else x
+        return self.record_and_combine(x, row, row % self.period == 0)
 
     def extra_repr(self) -> str:
         return f"layers={self.weight.size(0) - 1}, dilation={self.dilation}, period={self.period}"

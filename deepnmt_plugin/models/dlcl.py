@@ -22,8 +22,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from deepnmt_plugin.models.layer_history import RecordedHistory, weighted_sum
-from deepnmt_plugin.models.method import ArchitectureError, DeepMethod, StackConnection, register_method
+from deepnmt_plugin.models.layer_history import HistoryConnection, weighted_sum
+from deepnmt_plugin.models.method import ArchitectureError, DeepMethod, register_method
 
 
 def dlcl_initial_weights(num_layers: int) -> Tensor:
@@ -43,10 +43,8 @@ def refuse_removing_layers(args, arch: str, recipe: str) -> None:
                                     "layer reads all earlier ones through its trained weights")
 
 
-class LayerCombination(StackConnection):
-    """The layer history G_0(y_0), ..., G_l(y_l); each next input is its W-weighted sum. In eager mode the history is
-    a ``RecordedHistory`` (a constant number of operators per layer); TorchScript keeps it in ``state`` and sums term
-    by term.
+class LayerCombination(HistoryConnection):
+    """The layer history G_0(y_0), ..., G_l(y_l); each next input is its W-weighted sum.
 
     The L LayerNorms (one per layer output, or per combination) are held as (L, C) weight and bias tensors,
     so that TorchScript can pick row ``index``."""
@@ -67,7 +65,8 @@ class LayerCombination(StackConnection):
         if torch.jit.is_scripting():
             state.append(x)
             return weighted_sum(self.weight[0], state)
-        return self.begin_recorded(x)
+        self.start_history(self.weight, x)
+        return self.combine_row(0)
 
     def next_input(self, index: int, x: Tensor, branches: Optional[Tensor], state: List[Tensor]) -> Tensor:
         entry = x if self.post_norm else self.layer_norm(x, index)  # G_l: the identity, or the layer's LayerNorm
@@ -75,23 +74,8 @@ class LayerCombination(StackConnection):
             state.append(entry)
             combined = weighted_sum(self.weight[index + 1], state)
         else:
-            combined = self.append_and_combine(entry, index + 1)
+            combined = self.record_and_combine(entry, index + 1, True)
         return self.layer_norm(combined, index) if self.post_norm else combined
-
-    def output(self, x: Tensor, state: List[Tensor]) -> Tensor:
-        if not torch.jit.is_scripting():
-            self.recorded = None  # the history and its graph belong to the caller's loss from here
-        return x
-
-    @torch.jit.unused
-    def begin_recorded(self, x: Tensor) -> Tensor:
-        self.recorded = RecordedHistory(self.weight, x)
-        return self.recorded.combine(0)
-
-    @torch.jit.unused
-    def append_and_combine(self, entry: Tensor, row: int) -> Tensor:
-        self.recorded.append(entry)
-        return self.recorded.combine(row)
 
     def extra_repr(self) -> str:
         return f"layers={self.weight.size(0) - 1}, post_norm={self.post_norm}"

@@ -21,6 +21,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from deepnmt_plugin.models.method import StackConnection
+
 
 def weighted_sum(weights: Tensor, history: List[Tensor]) -> Tensor:
     """sum_k weights[k] * history[k], accumulated term by term in place (autograd saves no partial sum)."""
@@ -118,3 +120,28 @@ class RecordedHistory:
 
     def combine(self, row: int) -> Tensor:
         return _Sum.apply(self.last, self.history, row)
+
+
+class HistoryConnection(StackConnection):
+    """A stack connection whose layers read weighted sums of the layer history (DLCL, DenseFormer). In eager mode
+    the history of one forward pass is a ``RecordedHistory``, dropped at ``output``; TorchScript, which cannot run
+    it, keeps the history in ``state`` and sums it with ``weighted_sum``."""
+
+    def output(self, x: Tensor, state: List[Tensor]) -> Tensor:
+        if not torch.jit.is_scripting():
+            self.recorded = None  # the history and its graph belong to the caller's loss from here
+        return x
+
+    @torch.jit.unused
+    def start_history(self, weights: Tensor, first: Tensor) -> None:
+        self.recorded = RecordedHistory(weights, first)
+
+    @torch.jit.unused
+    def combine_row(self, row: int) -> Tensor:
+        return self.recorded.combine(row)
+
+    @torch.jit.unused
+    def record_and_combine(self, entry: Tensor, row: int, combine: bool) -> Tensor:
+        """Appends ``entry`` to the history; returns row ``row``'s sum, or ``entry`` where ``combine`` is False."""
+        self.recorded.append(entry)
+        return self.recorded.combine(row) if combine else entry
