@@ -9,6 +9,7 @@ Every shim names the upstream problem it works around. Importing the plugin inst
 
 import argparse
 import contextlib
+import errno
 import functools
 import glob
 import inspect
@@ -34,6 +35,8 @@ from fairseq.tasks import FairseqTask
 from fairseq.tasks.translation import TranslationTask
 from fairseq.trainer import Trainer
 from numpy._core.multiarray import _reconstruct as numpy_reconstruct
+
+from deepnmt_plugin.flat_masters import flat_bf16_masters, master_and_state_restored, master_saved
 
 logger = logging.getLogger(__name__)
 
@@ -134,7 +137,6 @@ def _refuse_unreadable(load_checkpoint_to_cpu):
         _check_contents(path, state)
         return state
 
-    load.deepnmt_wrapped = True
     return load
 
 
@@ -156,22 +158,72 @@ def read_checkpoint(path) -> dict:
     return state
 
 
+class WriteError(SystemExit):
+    """An output that could not be written (a full disk, a read-only folder): one line naming it and why."""
+
+    def __init__(self, path, reason: str):
+        super().__init__(f"deepnmt: error: cannot write {path}: {reason}")
+
+
+# What a failed write says: the disk or the user's quota is full, the folder is read-only or not the user's.
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG)
+
+
+def write_failure(path, error: BaseException) -> Optional[WriteError]:
+    """The one line for ``error`` raised while writing ``path`` (a file, or a folder of files), or None where it is
+    not a failed write. torch.save's zip writer reports a failed open or a short write as a RuntimeError
+    (``inline_container.cc``), not as the OSError beneath it."""
+    if isinstance(error, OSError) and error.errno in WRITE_ERRNOS:
+        beside = os.path.dirname(os.path.abspath(path))  # path itself, its temporary files, its folder's
+        ours = error.filename is None or os.path.abspath(error.filename).startswith(beside)
+        return WriteError(path, error.strerror) if ours else None
+    if isinstance(error, RuntimeError) and "inline_container" in str(error):
+        said = re.search(r"strerror: (.+)", str(error))
+        reason = said.group(1).strip() if said else os.strerror(errno.ENOSPC) if _disk_full(path) else None
+        return WriteError(path, reason) if reason else None
+    return None
+
+
+def _disk_full(path) -> bool:
+    try:
+        return os.statvfs(os.path.dirname(os.path.abspath(path))).f_bavail == 0
+    except OSError:  # its folder is missing: another problem, said by the error itself
+        return False
+
+
+@contextlib.contextmanager
+def writing(path):
+    """A command's writing of ``path`` (a file, or a folder of files) outside ``atomic_write``: a failed write in
+    one line naming it."""
+    try:
+        yield
+    except (OSError, RuntimeError) as error:
+        failure = write_failure(path, error)
+        if failure is None:
+            raise
+        raise failure from None
+
+
 @contextlib.contextmanager
 def atomic_write(path):
     """Yield a temporary path beside ``path``, this call's alone (pid and random suffix: two processes writing one
     file must not write one temporary file, or each renames the other's half-written bytes); once the body has
     written it, fsync it and rename it over ``path``. A crash (kill -9, power loss) leaves the old file or the new
-    one, never a torn one; an exception leaves no temporary file."""
+    one, never a torn one; an exception leaves no temporary file, and a failed write (full disk, read-only folder)
+    is one line (``WriteError``)."""
     partial = f"{path}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     try:
         yield partial
         with open(partial, "rb") as written:
             os.fsync(written.fileno())
         os.replace(partial, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
+    except BaseException as error:
+        with contextlib.suppress(OSError):  # never written (a read-only folder), or gone
             os.remove(partial)
-        raise
+        failure = write_failure(path, error)
+        if failure is None:
+            raise
+        raise failure from None
     fsync(os.path.dirname(os.path.abspath(path)))  # the rename itself survives a power loss
 
 
@@ -203,8 +255,19 @@ def _atomic_persistent_save(torch_persistent_save):
             return torch_persistent_save(obj, filename, async_write)
         save_atomically(obj, filename)
 
-    save.deepnmt_wrapped = True
     return save
+
+
+def _save_dir_in_one_line(verify_checkpoint_directory):
+    """fairseq-train creates --save-dir and writes a file into it before training: in a read-only folder (or one not
+    the user's, or on a full disk) it fails in a traceback."""
+
+    @functools.wraps(verify_checkpoint_directory)
+    def verify(save_dir: str) -> None:
+        with writing(save_dir):
+            verify_checkpoint_directory(save_dir)
+
+    return verify
 
 
 def _atomic_copy(copy):
@@ -222,7 +285,6 @@ def _atomic_copy(copy):
             shutil.copyfile(src_path, partial)
         return True
 
-    atomic.deepnmt_wrapped = True
     return atomic
 
 
@@ -267,7 +329,6 @@ def _resume_from_an_intact_checkpoint(load_checkpoint):
         finally:
             cfg.restore_file = "checkpoint_last.pt"
 
-    load.deepnmt_wrapped = True
     return load
 
 
@@ -311,7 +372,6 @@ def _refuse_another_model(load_checkpoint):
             refuse(other_flags(checkpoint_utils.load_checkpoint_to_cpu(filename)["cfg"]["model"], self.cfg.model)
                    or "its parameters do not fit the model these flags build")
 
-    load.deepnmt_wrapped = True
     return load
 
 
@@ -337,7 +397,6 @@ def _check_data_directories(setup_task):
                 )
         return setup_task(cls, cfg, **kwargs)
 
-    setup.deepnmt_wrapped = True
     return setup
 
 
@@ -388,7 +447,6 @@ def _check_binarized_files(make_dataset):
         check_binarized(path)
         return make_dataset(path, *args, **kwargs)
 
-    make.deepnmt_wrapped = True
     return make
 
 
@@ -417,7 +475,6 @@ def _batches_of_the_first_epoch(get_batch_iterator):
         dataset.set_epoch(epoch)
         return iterator
 
-    get.deepnmt_wrapped = True
     return get
 
 
@@ -437,7 +494,6 @@ def _saving_loss_scaler_counters(state_dict):
             state["loss_scaler"] = {name: getattr(self.scaler, name) for name in LOSS_SCALER_COUNTERS}
         return state
 
-    saved.deepnmt_wrapped = True
     return saved
 
 
@@ -449,38 +505,37 @@ def _restoring_loss_scaler_counters(load_state_dict):
             for name, value in state.get("loss_scaler", {}).items():  # none in checkpoints of older runs
                 setattr(self.scaler, name, value)
 
-    loaded.deepnmt_wrapped = True
     return loaded
 
 
-# fairseq sets --fp16 / --bf16 along with their memory-efficient variants; name the flag given.
-HALF_PRECISION_FLAGS = ("memory_efficient_fp16", "memory_efficient_bf16", "fp16", "bf16")
+# fairseq sets --fp16 along with --memory-efficient-fp16; name the flag given.
+FP16_FLAGS = ("memory_efficient_fp16", "fp16")
 
 
-def _refuse_half_precision_on_cpu(init):
-    """fairseq's Trainer moves an --fp16 model to CUDA and a --bf16 one to a TPU: with --cpu it fails in
-    a traceback (``Torch not compiled with CUDA enabled``, ``xla_device``)."""
+def _refuse_fp16_on_cpu(init):
+    """fairseq's FP16Optimizer builds its fp32 master on the current CUDA device and its loss scaler empties CUDA's
+    cache: with --cpu --fp16 it fails in a traceback (``Torch not compiled with CUDA enabled``). bf16 needs neither
+    (``flat_masters.py``) and trains on the CPU."""
 
     @functools.wraps(init)
     def checked(self, cfg, *args, **kwargs):
         common = cfg.common if hasattr(cfg, "common") else cfg  # an argparse.Namespace is flat
-        flag = next((name for name in HALF_PRECISION_FLAGS if getattr(common, name, False)), None)
+        flag = next((name for name in FP16_FLAGS if getattr(common, name, False)), None)
         if common.cpu and flag:
             flag = "--" + flag.replace("_", "-")
-            raise SystemExit(f"deepnmt: error: {flag} trains on a GPU; with --cpu, train in fp32 (drop {flag})")
+            raise SystemExit(f"deepnmt: error: {flag} trains on a GPU; with --cpu, train in fp32 or --bf16 (drop {flag})")
         init(self, cfg, *args, **kwargs)
 
-    checked.deepnmt_wrapped = True
     return checked
 
 
-def bf16_on_cuda(cfg) -> None:
-    """fairseq 0.12 reads ``--bf16`` as "bfloat16 on a TPU" (``options.py`` sets ``--tpu`` with it), so on a
-    GPU it crashes in ``torch_xla``. Where CUDA is there and ``torch_xla`` is not, train in bf16 on CUDA:
-    fairseq's Trainer then halves the model to bfloat16 and its FP16Optimizer keeps fp32 master weights
-    without loss scaling, as in later fairseq versions."""
+def bf16_off_tpu(cfg) -> None:
+    """fairseq 0.12 reads ``--bf16`` as "bfloat16 on a TPU" (``options.py`` sets ``--tpu`` with it), so without a TPU
+    it crashes in ``torch_xla``. Where ``torch_xla`` is not installed, train in bf16 where the run would train
+    otherwise, on CUDA or (``--cpu``, or no GPU) on the CPU: fairseq's Trainer then casts the model to bfloat16 and its
+    FP16Optimizer keeps fp32 master weights without loss scaling, as in later fairseq versions."""
     common = cfg.common
-    if common.bf16 and common.tpu and not common.cpu and torch.cuda.is_available() and not _has_torch_xla():
+    if common.bf16 and common.tpu and not _has_torch_xla():
         common.tpu = False
 
 
@@ -507,16 +562,15 @@ def _admin_profile_errors_in_one_line(main, cfg, **kwargs):
 
 
 def _checked_start(call_main):
-    """fairseq-train's way into training: bf16 kept on CUDA and the Admin profile file checked before anything
+    """fairseq-train's way into training: bf16 kept off the TPU and the Admin profile file checked before anything
     runs, and its parse errors said in one line (in every process)."""
 
     @functools.wraps(call_main)
     def call(cfg, main, **kwargs):
-        bf16_on_cuda(cfg)
+        bf16_off_tpu(cfg)
         check_admin_profile_file(cfg.task)
         return call_main(cfg, functools.partial(_admin_profile_errors_in_one_line, main), **kwargs)
 
-    call.deepnmt_wrapped = True
     return call
 
 
@@ -534,7 +588,6 @@ def _cpu_ranks_under_torchrun(infer):
         cfg.device_id = int(os.environ.get("LOCAL_RANK", 0))
         cfg.distributed_no_spawn = True  # torchrun started the processes
 
-    infer_on_cpu.deepnmt_wrapped = True
     return infer_on_cpu
 
 
@@ -553,7 +606,6 @@ def _pruning_one_stack_keeps_the_other(prune_state_dict):
         kept = {name: value for name, value in state_dict.items() if layer_of_the_other_stack.search(name)}
         return {**pruned, **kept}
 
-    prune.deepnmt_wrapped = True
     return prune
 
 
@@ -586,15 +638,42 @@ def _percentile_by_method(get_buckets):
     def buckets(sizes, num_buckets):
         return numpy.unique(numpy.percentile(sizes, numpy.linspace(0, 100, num_buckets + 1), method="lower")[1:])
 
-    buckets.deepnmt_wrapped = True
     return buckets
 
 
-def _wrap(owner, name: str, shim, static: bool = False) -> None:
-    """Replace ``owner.name`` by ``shim(owner.name)`` once (importing the plugin twice wraps nothing twice)."""
-    current = getattr(owner, name)
-    if not getattr(current, "deepnmt_wrapped", False):
-        setattr(owner, name, staticmethod(shim(current)) if static else shim(current))
+def _every_sentence_batched(batch_by_size):
+    """fairseq-fixed 0.12.3.1's ``batch_by_size`` drops the last batch when its size is not a multiple of
+    ``--required-batch-size-multiple`` (8 by default): ``fairseq-generate --batch-size 16`` printed 48 of 50 sentences,
+    validation scored fewer sentences than the set holds, and training left the last few out of every epoch. Keep
+    it: the batches are consecutive slices of ``indices``, so the dropped one is what follows the others (batches of
+    ``fixed_shapes`` are fairseq's as they are)."""
+    signature = inspect.signature(batch_by_size)
+
+    @functools.wraps(batch_by_size)
+    def batches(indices, *args, **kwargs):
+        kept = batch_by_size(indices, *args, **kwargs)
+        if signature.bind(indices, *args, **kwargs).arguments.get("fixed_shapes") is not None:
+            return kept
+        batched = sum(len(batch) for batch in kept)
+        if batched < len(indices):
+            kept.append(numpy.asarray(indices[batched:], dtype=numpy.int64))
+        return kept
+
+    return batches
+
+
+def _wrap(owner, name: str, shim) -> None:
+    """Replace ``owner.name`` by ``shim(owner.name)``, once per shim (importing the plugin twice wraps nothing
+    twice); a static or class method stays one, its function wrapped (so a subclass still gets itself as ``cls``)."""
+    current = inspect.getattr_static(owner, name)
+    kind = type(current) if isinstance(current, (staticmethod, classmethod)) else None
+    function = current.__func__ if kind else current
+    applied = getattr(function, "deepnmt_shims", ())
+    if shim.__name__ in applied:
+        return
+    wrapped = shim(function)
+    wrapped.deepnmt_shims = (*applied, shim.__name__)
+    setattr(owner, name, kind(wrapped) if kind else wrapped)
 
 
 def install():
@@ -607,16 +686,19 @@ def install():
     _wrap(checkpoint_utils, "torch_persistent_save", _atomic_persistent_save)
     _wrap(checkpoint_utils, "load_checkpoint", _resume_from_an_intact_checkpoint)
     _wrap(checkpoint_utils, "prune_state_dict", _pruning_one_stack_keeps_the_other)
-    _wrap(PathManager, "copy", _atomic_copy, static=True)
+    _wrap(checkpoint_utils, "verify_checkpoint_directory", _save_dir_in_one_line)
+    _wrap(PathManager, "copy", _atomic_copy)
     _wrap(indexed_dataset, "make_dataset", _check_binarized_files)
+    _wrap(data_utils, "batch_by_size", _every_sentence_batched)
     _wrap(FairseqTask, "get_batch_iterator", _batches_of_the_first_epoch)
     for mixin in (fp16_optimizer._FP16OptimizerMixin, fp16_optimizer._MemoryEfficientFP16OptimizerMixin):
         _wrap(mixin, "state_dict", _saving_loss_scaler_counters)
         _wrap(mixin, "load_state_dict", _restoring_loss_scaler_counters)
-    _wrap(Trainer, "__init__", _refuse_half_precision_on_cpu)
+    _wrap(fp16_optimizer.FP16Optimizer, "build_optimizer", flat_bf16_masters)
+    _wrap(fp16_optimizer._FP16OptimizerMixin, "state_dict", master_saved)
+    _wrap(fp16_optimizer._FP16OptimizerMixin, "load_state_dict", master_and_state_restored)
+    _wrap(Trainer, "__init__", _refuse_fp16_on_cpu)
     _wrap(Trainer, "load_checkpoint", _refuse_another_model)
     _wrap(distributed_utils, "call_main", _checked_start)
     _wrap(distributed_utils, "_infer_torch_distributed_launch_init", _cpu_ranks_under_torchrun)
-    if not getattr(TranslationTask.setup_task, "deepnmt_wrapped", False):
-        unwrapped = TranslationTask.__dict__["setup_task"].__func__  # called with cls, so subclasses stay themselves
-        TranslationTask.setup_task = classmethod(_check_data_directories(unwrapped))
+    _wrap(TranslationTask, "setup_task", _check_data_directories)

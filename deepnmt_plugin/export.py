@@ -405,11 +405,13 @@ def main(argv=None) -> None:
     if args.format == "fairseq":
         if args.quantization or args.data:
             parser.error("--quantization and --data go with --format ctranslate2")
-        export_checkpoint(args.input, args.output)
+        with compat.writing(args.output):
+            export_checkpoint(args.input, args.output)
         print(f"exported {args.input} -> {args.output}: a stock fairseq transformer, no --user-dir needed",
               file=sys.stderr)
         return
-    steps = export_ctranslate2(args.input, args.output, args.quantization, args.data)
+    with compat.writing(args.output):
+        steps = export_ctranslate2(args.input, args.output, args.quantization, args.data)
     raw_text = (f"raw text, pre-processed as the {steps.recipe} recipe did" if steps.recipe
                 else "text pre-processed as for training (no data-prep recipe found beside the data)")
     print(f"exported {args.input} -> {args.output}: a CTranslate2 model ({args.quantization or 'float32'}); "

@@ -25,6 +25,7 @@ from typing import Dict, List, Optional
 
 import yaml
 
+from deepnmt_plugin import compat
 from deepnmt_plugin.processes import owned_process, stop_on_ctrl_c
 from deepnmt_plugin.provenance import provenance, recorded_command
 
@@ -512,7 +513,8 @@ def main(argv=None) -> int:
     args.data_bin = data_bin(args.data, must_exist=not args.dry_run, folder=config.get("data_bin", "data-bin"))
     # a smoke run is not the table's run: it has a folder of its own, so a full run never finds its steps done
     args.workdir = os.path.join(os.path.abspath(args.workdir), Path(args.config).stem + ("_smoke" * args.smoke))
-    Reproduction(config, args).run_all()
+    with compat.writing(args.workdir):
+        Reproduction(config, args).run_all()
     return 0
 
 

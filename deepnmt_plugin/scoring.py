@@ -87,8 +87,9 @@ def read_generate_output(path: str, sentences: Optional[int] = None) -> Tuple[Li
         # building the whole id range, which one stray huge id would make too large for memory)
         missing = first_missing(sorted(hypotheses), expected)
         raise ScoringError(f"{path} holds {len(hypotheses)} of the {expected} test sentences (missing "
-                           f"{id_list(missing, total=expected - len(hypotheses))}): refusing a partial BLEU (fairseq-generate leaves out a last "
-                           "batch whose size is not a multiple of --required-batch-size-multiple: pass 1)")
+                           f"{id_list(missing, total=expected - len(hypotheses))}): refusing a partial BLEU (fairseq-generate without the plugin "
+                           "leaves out a last batch whose size is not a multiple of --required-batch-size-multiple: "
+                           "pass 1, or --user-dir deepnmt_plugin)")
     return [hypotheses[i] for i in range(expected)], [references[i] for i in range(expected)]
 
 

@@ -91,24 +91,42 @@ def test_smuggled_global_is_refused_by_fairseq_generate(toy_data, tmp_path):
     assert not marker.exists()
 
 
-def test_bf16_trains_on_cuda_not_on_a_missing_tpu(monkeypatch):
-    """fairseq 0.12 turns --bf16 into --tpu; with CUDA and no torch_xla, training stays on CUDA in bf16."""
+def test_bf16_trains_where_the_run_is_not_on_a_missing_tpu(monkeypatch):
+    """fairseq 0.12 turns --bf16 into --tpu; without torch_xla, training stays on CUDA or the CPU, in bf16."""
     from fairseq.distributed import utils as distributed_utils
     from omegaconf import OmegaConf
 
     from deepnmt_plugin import compat
 
-    assert distributed_utils.call_main.deepnmt_wrapped  # fairseq-train's way into training passes the check
+    assert "_checked_start" in distributed_utils.call_main.deepnmt_shims  # fairseq-train's way in passes the check
     cfg = lambda **common: OmegaConf.create({"common": {"bf16": True, "tpu": True, "cpu": False, **common}})
     monkeypatch.setattr(compat, "_has_torch_xla", lambda: False)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    on_gpu = cfg()
-    compat.bf16_on_cuda(on_gpu)
-    assert on_gpu.common.tpu is False and on_gpu.common.bf16 is True
-    for kept in (cfg(cpu=True), cfg(bf16=False)):  # --cpu, or an explicit --tpu without bf16: fairseq's call
-        compat.bf16_on_cuda(kept)
-        assert kept.common.tpu is True
+    for off_tpu in (cfg(), cfg(cpu=True)):
+        compat.bf16_off_tpu(off_tpu)
+        assert off_tpu.common.tpu is False and off_tpu.common.bf16 is True
+    explicit_tpu = cfg(bf16=False)  # an explicit --tpu without bf16: fairseq's call
+    compat.bf16_off_tpu(explicit_tpu)
+    assert explicit_tpu.common.tpu is True
     monkeypatch.setattr(compat, "_has_torch_xla", lambda: True)  # a real TPU host keeps fairseq's meaning
     on_tpu = cfg()
-    compat.bf16_on_cuda(on_tpu)
+    compat.bf16_off_tpu(on_tpu)
     assert on_tpu.common.tpu is True
+
+
+@pytest.mark.parametrize("vectorised", [True, False])
+@pytest.mark.parametrize("multiple", [1, 3, 8])
+@pytest.mark.parametrize("max_sentences, max_tokens", [(16, None), (64, None), (1, None), (None, 300), (16, 300)])
+@pytest.mark.parametrize("size", [1, 7, 50, 333])
+def test_batch_by_size_puts_every_index_in_exactly_one_batch(size, max_sentences, max_tokens, multiple, vectorised):
+    """fairseq's batch_by_size dropped a last batch whose size is not a multiple of the required one (48 of 50 indices
+    for 16 sentences a batch and the default 8); the others keep fairseq's sizes."""
+    import numpy
+    from fairseq.data import data_utils
+
+    lengths = numpy.random.RandomState(size).randint(1, 40, size=size)
+    indices = numpy.argsort(lengths, kind="mergesort")
+    batches = data_utils.batch_by_size(indices, lambda i: lengths[i], num_tokens_vec=lengths if vectorised else None,
+                                       max_tokens=max_tokens, max_sentences=max_sentences,
+                                       required_batch_size_multiple=multiple)
+    assert numpy.array_equal(numpy.concatenate(batches), indices)
+    assert all(len(batch) % multiple == 0 or len(batch) < multiple for batch in batches[:-1])

@@ -21,7 +21,7 @@ def counted(toy_data, recorded):
     from deepnmt_plugin.bench.operators import count
 
     row = next(iter(recorded.values()))
-    return count(str(toy_data), list(recorded), int(row["layers"]), row["dims"], int(row["max_tokens"]))
+    return count(str(toy_data), list(recorded), int(row["layers"]), row["dims"], int(row["max_tokens"]), row["precision"])
 
 
 def test_the_record_covers_every_arch(recorded):

@@ -182,8 +182,8 @@ def test_scoring_a_stray_huge_sentence_id_is_refused_in_one_line(tmp_path):
     path.write_text("T-99999999999\ta house\nH-99999999999\t-0.1\ta house\n")
     assert refused(lambda: scoring.main([str(path), "--target-lang", "en"])) == (
         f"deepnmt: error: {path} holds 1 of the 100000000000 test sentences (missing 0, 1, 2, 3, 4 and 99999999994 "
-        "more): refusing a partial BLEU (fairseq-generate leaves out a last batch whose size is not a multiple of "
-        "--required-batch-size-multiple: pass 1)")
+        "more): refusing a partial BLEU (fairseq-generate without the plugin leaves out a last batch whose size is not "
+        "a multiple of --required-batch-size-multiple: pass 1, or --user-dir deepnmt_plugin)")
 
 
 @pytest.mark.parametrize("test_set, message", [

@@ -72,10 +72,10 @@ def test_a_checkpoint_without_parameters_stops_train_generate_and_export_in_one_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_last.pt"]
 
 
-@pytest.mark.parametrize("flag", ["--fp16", "--bf16"])
-def test_half_precision_on_the_cpu_is_refused_in_one_line(flag, toy_data, tmp_path):
+@pytest.mark.parametrize("flag", ["--fp16", "--memory-efficient-fp16"])
+def test_fp16_on_the_cpu_is_refused_in_one_line(flag, toy_data, tmp_path):
     line = refused(train(toy_data, tmp_path, PRELN, 4, flag, check=False))
-    assert line == f"deepnmt: error: {flag} trains on a GPU; with --cpu, train in fp32 (drop {flag})"
+    assert line == f"deepnmt: error: {flag} trains on a GPU; with --cpu, train in fp32 or --bf16 (drop {flag})"
 
 
 @pytest.mark.parametrize("name, keep, problem", [

@@ -209,3 +209,9 @@ def test_translate_goes_from_raw_text_to_detokenized_fairseq_generate_output(tra
                 for i, (text, _) in hypotheses(generated["transformer_admin_iwslt_de_en"]).items()}
     assert sum(translations[i] == expected[i] for i in range(20)) >= 19, list(zip(translations, expected.values()))
     assert translations[0].endswith(".") and "@@" not in output and " ." not in output
+
+    (tmp_path / "ct2" / "code").unlink()  # the subword model the export wrote: translate stops in one line
+    with pytest.raises(SystemExit) as stopped:
+        translate_main(["--model", str(tmp_path / "ct2"), "--threads", "1"])
+    assert stopped.value.code == (f"deepnmt: error: {tmp_path / 'ct2'} lacks its subword model code: export the model "
+                                  "again")

@@ -39,7 +39,7 @@ from deepnmt_plugin.bench import pyplot, study
 from deepnmt_plugin.bench.runs import (FAILED, FINISHED, LABEL_SMOOTHING, METHODS, CellBusy, arch_flags, cell_lock, classify,
                                        final_valid_loss, plot_vs_depth, say, unfinished, unigram_plateau,
                                        update_norm_curve, verdict)
-from deepnmt_plugin.compat import atomic_write
+from deepnmt_plugin.compat import atomic_write, writing
 from deepnmt_plugin.processes import children_stop_with_driver, run_owned, stop_on_ctrl_c
 from deepnmt_plugin.reproduce import USER_DIR, OneLineParser, data_bin
 
@@ -237,6 +237,11 @@ def parse_arguments(argv=None):
 
 def main(argv=None) -> int:
     args = parse_arguments(argv)
+    with writing(args.workdir):
+        return run(args)
+
+
+def run(args) -> int:
     if args.preset.startswith("study"):
         return run_study(args)
     if args.seeds != [1] or any(encoder != decoder for encoder, decoder in args.depths or []):

@@ -289,7 +289,8 @@ def run_cell(args, cell: Cell, preset: StudyPreset, threads: Optional[int]) -> d
                     run_owned(generate_command(args.data_bin, save_dir / "checkpoint_last.pt", args.cpu), check=True,
                               stdout=out, stderr=subprocess.STDOUT, env=environment)
                 run_owned([sys.executable, "-m", "deepnmt_plugin.scoring", str(generated), "--source-lang", "de",
-                           "--target-lang", "en", "--json", str(scores_path)], check=True, stdout=subprocess.DEVNULL)
+                           "--target-lang", "en", "--data-bin", args.data_bin, "--gen-subset", "test",  # all of it
+                           "--json", str(scores_path)], check=True, stdout=subprocess.DEVNULL)
             scores = json.loads(scores_path.read_text())
             samples = sample_sentences(generate_lines(generated)) if generated.exists() else None
         result = {

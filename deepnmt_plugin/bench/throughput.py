@@ -40,7 +40,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from deepnmt_plugin.bench.depth import positive_float
 from deepnmt_plugin.bench.flops import update_flops
-from deepnmt_plugin.compat import bf16_on_cuda
+from deepnmt_plugin.compat import bf16_off_tpu
 from deepnmt_plugin.diagnostics import GROUPS, Diagnostics
 from deepnmt_plugin.models.admin import profile_admin, set_analytic_omega
 from deepnmt_plugin.reproduce import USER_DIR, data_bin
@@ -92,7 +92,7 @@ def build_trainer(args, arch: str) -> Trainer:
         parser, [args.data_bin, "--user-dir", USER_DIR, "--task", "translation_deep", "--arch", arch, *training_flags(args)]
     )
     cfg = convert_namespace_to_omegaconf(namespace)
-    bf16_on_cuda(cfg)
+    bf16_off_tpu(cfg)
     task = tasks.setup_task(cfg.task)
     model = task.build_model(cfg.model)
     return Trainer(cfg, task, model, task.build_criterion(cfg.criterion))

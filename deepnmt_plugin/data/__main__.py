@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from deepnmt_plugin import compat
 from deepnmt_plugin.data.debian import SNAPSHOT_URL
 from deepnmt_plugin.data.ding import DING
 from deepnmt_plugin.data.l10n import L10N
@@ -61,17 +62,18 @@ def main(argv=None) -> int:
     )
     settings = dict(recipe=recipe.name, bpe=options.bpe, bpe_ops=options.bpe_ops)
     settings["joined_dictionary"] = options.joined_dictionary
-    try:
-        if recipe is not L10N and (arguments.manifest or arguments.unpinned or arguments.snapshot_url != SNAPSHOT_URL):
-            raise DataPrepError("--manifest, --snapshot-url and --unpinned apply to l10n-de-en only")
-        claim_output(output, settings, recipe.final_names(options.bpe))
-        recipe.ensure_sources(options)
-        print(f"{recipe.title}: {output} (archives in {options.archives})", flush=True)
-        stamp_output(output, settings)
-        run_steps(recipe.steps(options), options.tmp / "done")
-    except DataPrepError as error:
-        print(f"deepnmt: error: {error}", file=sys.stderr)
-        return 1
+    with compat.writing(output):
+        try:
+            if recipe is not L10N and (arguments.manifest or arguments.unpinned or arguments.snapshot_url != SNAPSHOT_URL):
+                raise DataPrepError("--manifest, --snapshot-url and --unpinned apply to l10n-de-en only")
+            claim_output(output, settings, recipe.final_names(options.bpe))
+            recipe.ensure_sources(options)
+            print(f"{recipe.title}: {output} (archives in {options.archives})", flush=True)
+            stamp_output(output, settings)
+            run_steps(recipe.steps(options), options.tmp / "done")
+        except DataPrepError as error:
+            print(f"deepnmt: error: {error}", file=sys.stderr)
+            return 1
     print(f"done: {output}/README lists the counts; train with data-bin {output / 'data-bin'}", flush=True)
     return 0
 

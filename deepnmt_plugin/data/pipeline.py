@@ -134,8 +134,12 @@ def stamp_output(output: Path, settings: dict) -> None:
 def write_text_atomically(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
+    try:
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, path)
+    except BaseException:  # a full disk: no torn file left behind
+        partial.unlink(missing_ok=True)
+        raise
 
 
 def _remove(path: Path) -> None:
