@@ -54,10 +54,12 @@ def save_checkpoint(build_model, tmp_path_factory):
      ["--dyt-alpha-init", 1.0], "dyt_alpha_init 0.5 vs 1.0"),
     ("transformer_resi_dual_iwslt_de_en", [], "transformer_resi_dual_iwslt_de_en", ["--enc-alpha", 0.5],
      "enc_alpha None vs 0.5"),
+    ("transformer_admin_iwslt_de_en", [], "transformer_admin_iwslt_de_en", ["--admin-linear-init", "fairseq"],
+     "admin_linear_init None vs fairseq"),  # one run trains under one init, which its checkpoints name
     ("transformer_preln_iwslt_de_en", [], "transformer_preln_iwslt_de_en", ["--encoder-ffn-embed-dim", 256],
      "encoder_ffn_embed_dim 128 vs 256"),  # the same names, other shapes: it failed in a traceback
 ], ids=["deepnorm-b2t", "deepnorm-dsinit", "stock-dsinit", "dsinit-bound", "mixln-alpha", "dyt-alpha",
-        "resi-dual-alpha", "ffn-dim"])
+        "resi-dual-alpha", "admin-linear-init", "ffn-dim"])
 def test_average_refuses_checkpoints_of_different_models_that_share_parameter_names(
         arch, flags, other_arch, other_flags, differences, save_checkpoint, tmp_path):
     first, other = save_checkpoint(f"{arch}-a", arch, *flags), save_checkpoint(f"{other_arch}-b", other_arch,

@@ -13,6 +13,9 @@ model's output change grows O(log N) rather than O(N) with depth. Three ways to 
 * ``analytic``: no data; omega = sqrt((n+1)/ln(n+1) - 1) for every sublayer of a stack of n residual
   sublayers (2N encoder, 3M decoder), the O(log n) setting of the authors' admin-torch.
 * a Clinic-format ``profile.ratio.init`` file (``<index> <value>`` lines, encoder then decoder).
+
+The projections are initialised as the Clinic's fairseq built them (``--admin-linear-init``, ``legacy_init.py``):
+Xavier-uniform fc1/fc2 with zero biases, zero q/k/v biases.
 """
 
 import math
@@ -24,6 +27,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch import Tensor
 
+from deepnmt_plugin.models.legacy_init import add_linear_init_flag, apply_linear_init
 from deepnmt_plugin.models.method import DeepMethod, Residual, all_layers, register_method
 
 OMEGA_UNSET = (
@@ -192,10 +196,23 @@ def set_omega_from_file(model: nn.Module, path: str) -> Dict[str, List[float]]:
 @register_method
 class Admin(DeepMethod):
     name = "admin"
+    flag_names = ("admin_linear_init",)
+    linear_init = "authors"
+
+    @classmethod
+    def add_args(cls, parser) -> None:
+        add_linear_init_flag(parser, "transformer_admin")
+
+    @classmethod
+    def from_config(cls, cfg) -> "Admin":
+        method = super().from_config(cfg)
+        method.linear_init = getattr(cfg, "admin_linear_init", None) or "authors"
+        return method
 
     def residual(self, side: str, embed_dim: int) -> nn.Module:
         return AdminResidual(embed_dim)
 
     def initialize(self, model: nn.Module) -> None:
+        apply_linear_init(model, self.linear_init)
         # Saved with the checkpoint: a resumed run never re-profiles, generation needs no side file.
         model.register_buffer("admin_initialized", torch.tensor(False))

@@ -12,7 +12,9 @@ average, W[l, k] = 1/(l+1) (the code's ``init_value='avg'``, scalar weights, not
   a LayerNorm of its own, ``x_{l+1} = LN_l(sum_{k<=l} W[l, k] * y_k)`` (the first layer reads W[0, 0] * y_0);
   the stack output is the last combination, no other final LayerNorm.
 
-The weights index layers by position, so LayerDrop and pruning (``--*-layers-to-keep``) are refused.
+The weights index layers by position, so LayerDrop and pruning (``--*-layers-to-keep``) are refused. The projections
+are initialised as the authors' fairseq built them (``--dlcl-linear-init``, ``legacy_init.py``): Xavier-uniform fc1/fc2
+with zero biases, zero q/k/v biases.
 """
 
 from typing import Final, List, Optional
@@ -23,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from deepnmt_plugin.models.layer_history import HistoryConnection, weighted_sum
+from deepnmt_plugin.models.legacy_init import add_linear_init_flag, apply_linear_init
 from deepnmt_plugin.models.method import ArchitectureError, DeepMethod, register_method
 
 
@@ -85,7 +88,8 @@ class LayerCombination(HistoryConnection):
 class DLCL(DeepMethod):
     name = "dlcl"
     layer_norm = "pre"
-    flag_names = ("dlcl_post_norm",)
+    flag_names = ("dlcl_post_norm", "dlcl_linear_init")
+    linear_init = "authors"
     export_refusal = "every DLCL layer reads a learned sum of all earlier layers, which stock fairseq does not"
 
     @classmethod
@@ -93,17 +97,22 @@ class DLCL(DeepMethod):
         parser.add_argument("--dlcl-post-norm", action="store_true", default=None,
                             help="transformer_dlcl: the post-norm variant (Post-LN layers, each combination "
                                  "normalised); default the pre-norm one")
+        add_linear_init_flag(parser, "transformer_dlcl")
 
     @classmethod
     def from_config(cls, cfg) -> "DLCL":
         method = super().from_config(cfg)
         if getattr(cfg, "dlcl_post_norm", None):
             method.layer_norm = "post"
+        method.linear_init = getattr(cfg, "dlcl_linear_init", None) or "authors"
         return method
 
     def check_args(self, args, arch: str) -> None:
         super().check_args(args, arch)
         refuse_removing_layers(args, arch, "DLCL")
+
+    def initialize(self, model: nn.Module) -> None:
+        apply_linear_init(model, self.linear_init)
 
     def stack_connection(self, side: str, embed_dim: int, num_layers: int) -> nn.Module:
         return LayerCombination(embed_dim, num_layers, post_norm=self.layer_norm == "post")
