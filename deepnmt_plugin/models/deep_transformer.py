@@ -334,6 +334,13 @@ class DeepTransformerDecoderLayer(DeepLayer, TransformerDecoderLayerBase):
         return x, attn, self.add_branch(branches, f)
 
 
+def contiguous_time_major(x: Tensor) -> Tensor:
+    """B x T x C -> T x B x C, laid out as T x B x C. The residual stream keeps the strides of the tensor it starts
+    from (``x + f`` follows ``x``): fairseq's transposed view made every linear that reads the stream itself (T-Fixup,
+    ReZero, DyT: no LayerNorm copies it first) copy it before its matmul, in every layer, forward and backward."""
+    return x.transpose(0, 1).contiguous()
+
+
 def place_layers(stack: nn.Module, method, side: str, cfg) -> None:
     """Apply the recipe to a stack fairseq has just built: each layer in its place, then the stack's own norms (the
     final one, fairseq's where the layout is "pre", and the embedding's, with ``--layernorm-embedding``)."""
@@ -373,7 +380,7 @@ class DeepTransformerEncoder(TransformerEncoderBase):
 
         x, encoder_embedding = self.forward_embedding(src_tokens, token_embeddings)
         x = x * (1 - encoder_padding_mask.unsqueeze(-1).type_as(x) * has_pads.type_as(x))
-        x = x.transpose(0, 1)  # B x T x C -> T x B x C
+        x = contiguous_time_major(x)
 
         encoder_states = []
         if return_all_hiddens:
@@ -454,7 +461,7 @@ class DeepTransformerDecoder(TransformerDecoderBase):
         if self.layernorm_embedding is not None:
             x = self.layernorm_embedding(x)
         x = self.dropout_module(x)
-        x = x.transpose(0, 1)  # B x T x C -> T x B x C
+        x = contiguous_time_major(x)
 
         self_attn_padding_mask: Optional[Tensor] = None
         if self.cross_self_attention or prev_output_tokens.eq(self.padding_idx).any():
