@@ -176,3 +176,23 @@ def test_layerdrop_profiles_every_sublayer_once_and_leaves_no_profiler(build_mod
     for _ in range(3):  # training passes drop layers at random; only an optimizer may move omega
         model.train()(**net_input)[0].sum().backward()
     assert all(torch.equal(o, p) for o, p in zip(omegas(model.encoder) + omegas(model.decoder), profiled))
+
+
+@pytest.mark.parametrize("shape", [(5, 3, 8), (1, 2, 8), (4, 8)])
+def test_the_scaled_residual_sum_has_addcmuls_values_and_gradients(shape):
+    """ScaledResidualSum writes addcmul's backward out without its multiplications by 1: bitwise the same, also for a
+    non-contiguous x."""
+    from deepnmt_plugin.models.admin import ScaledResidualSum
+
+    torch.manual_seed(0)
+    f, omega = torch.randn(shape), torch.rand(shape[-1]) + 0.5
+    x = torch.randn(tuple(reversed(shape[:-1])) + shape[-1:]).transpose(0, -2) if len(shape) == 3 else torch.randn(shape)
+    grad = torch.randn(shape)
+    results = []
+    for sum_of in (lambda a, b, w: torch.addcmul(a, b, w), ScaledResidualSum.apply):
+        inputs = [t.clone().requires_grad_() for t in (f, x, omega)]
+        out = sum_of(*inputs)
+        out.backward(grad)
+        results.append([out, *(t.grad for t in inputs)])
+    for ours, addcmul in zip(*results):
+        assert torch.equal(ours, addcmul)
