@@ -123,6 +123,15 @@ def test_the_choosing_page_is_written_from_the_committed_cells(tmp_path):
     assert written.read_text() == (REPO / "docs" / "choosing.md").read_text()
 
 
+def test_the_authors_init_table_is_written_from_its_cells(tmp_path):
+    """Section 5.8's table and compare.md: the script rewrites both byte for byte from the committed cells."""
+    shutil.copytree(REPO / "docs" / "depth_study", tmp_path / "docs" / "depth_study")
+    script = tmp_path / "docs" / "depth_study" / "variants" / "authors_init" / "compare.py"
+    subprocess.run([sys.executable, str(script)], cwd=tmp_path, check=True, capture_output=True)
+    for page in ("README.md", "variants/authors_init/compare.md"):
+        assert (tmp_path / "docs" / "depth_study" / page).read_text() == (REPO / "docs" / "depth_study" / page).read_text()
+
+
 def test_the_readme_block_and_the_reports_budget_bound_cells_are_written_from_the_records():
     """Every number of the README's depth-study table and findings is the committed cells' (mean ± sd, standing), and
     the report's budget-bound cells are the trained-on records' by the rule."""
