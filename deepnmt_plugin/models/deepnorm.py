@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from deepnmt_plugin.models.method import DeepMethod, Residual, all_layers, register_method
+from deepnmt_plugin.models.method import DeepMethod, Residual, all_layers, layer_attentions, register_method
 
 
 def deepnorm_alpha(side: str, encoder_layers: int, decoder_layers: int) -> float:
@@ -60,7 +60,7 @@ class DeepNormResidual(Residual):
 
 def deepnorm_init_(layer: nn.Module, beta: float) -> None:
     """DeepNet Figure 2: Xavier-normal, gain beta on the value path and FFN, gain 1 on q/k."""
-    attentions = [m for m in (layer.self_attn, getattr(layer, "encoder_attn", None)) if m is not None]
+    attentions = layer_attentions(layer)
     for linear in [layer.fc1, layer.fc2] + [a.v_proj for a in attentions] + [a.out_proj for a in attentions]:
         nn.init.xavier_normal_(linear.weight, gain=beta)
     for attention in attentions:

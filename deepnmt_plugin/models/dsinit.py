@@ -19,7 +19,7 @@ self-attention into one d x 3d matrix, whose fan differs from our three d x d on
 import torch
 import torch.nn as nn
 
-from deepnmt_plugin.models.method import DeepMethod, all_layers, register_method
+from deepnmt_plugin.models.method import DeepMethod, all_layers, layer_attentions, register_method
 
 BOUND_EXPONENTS = {"paper": -0.5, "code": -0.25}
 
@@ -30,7 +30,7 @@ def dsinit_scale(layer_number: int, bound: str = "paper") -> float:
 
 
 def dsinit_init_(layer: nn.Module, scale: float) -> None:
-    attentions = [a for a in (layer.self_attn, getattr(layer, "encoder_attn", None)) if a is not None]
+    attentions = layer_attentions(layer)
     linears = [layer.fc1, layer.fc2] + [p for a in attentions for p in (a.q_proj, a.k_proj, a.v_proj, a.out_proj)]
     with torch.no_grad():
         for linear in linears:

@@ -18,7 +18,7 @@ before (the depth study's cells of both record which one they were trained with)
 import torch
 import torch.nn as nn
 
-from deepnmt_plugin.models.method import all_layers
+from deepnmt_plugin.models.method import all_layers, layer_attentions
 
 LINEAR_INITS = ("authors", "fairseq")
 
@@ -32,14 +32,20 @@ def add_linear_init_flag(parser, arch: str) -> None:
                              "fairseq 0.12 builds them (fairseq)")
 
 
-def authors_linear_init_(layer: nn.Module) -> None:
-    """One layer's fc1/fc2 Xavier-uniform with zero biases and its attentions' q/k/v biases zeroed."""
-    attentions = [a for a in (layer.self_attn, getattr(layer, "encoder_attn", None)) if a is not None]
+def old_fairseq_ffn_init_(layer: nn.Module) -> None:
+    """fc1 and fc2 as fairseq <= 0.9's ``Linear()`` built them: Xavier-uniform (gain 1), zero bias (also the
+    statistics T-Fixup's reference code scales)."""
     with torch.no_grad():
         for fc in (layer.fc1, layer.fc2):
             nn.init.xavier_uniform_(fc.weight)
             nn.init.zeros_(fc.bias)
-        for attention in attentions:
+
+
+def authors_linear_init_(layer: nn.Module) -> None:
+    """One layer's fc1/fc2 Xavier-uniform with zero biases and its attentions' q/k/v biases zeroed."""
+    old_fairseq_ffn_init_(layer)
+    with torch.no_grad():
+        for attention in layer_attentions(layer):
             for projection in (attention.q_proj, attention.k_proj, attention.v_proj):
                 if projection.bias is not None:
                     nn.init.zeros_(projection.bias)

@@ -270,6 +270,11 @@ def method_for(cfg) -> DeepMethod:
     return METHODS[name].from_config(cfg)
 
 
+def layer_attentions(layer: nn.Module) -> List[nn.Module]:
+    """A layer's attentions: its self-attention and, in a decoder layer that has one, its encoder attention."""
+    return [a for a in (layer.self_attn, getattr(layer, "encoder_attn", None)) if a is not None]
+
+
 def all_layers(stack: nn.Module):
     """Every layer of an encoder or decoder, in order. Iterating ``stack.layers`` itself yields a random
     subset in training mode when it is fairseq's ``LayerDropModuleList`` (``--encoder-layerdrop``)."""

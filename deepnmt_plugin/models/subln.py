@@ -22,7 +22,7 @@ import math
 import torch
 import torch.nn as nn
 
-from deepnmt_plugin.models.method import DeepMethod, all_layers, register_method
+from deepnmt_plugin.models.method import DeepMethod, all_layers, layer_attentions, register_method
 
 
 def subln_gamma(side: str, encoder_layers: int, decoder_layers: int) -> float:
@@ -38,7 +38,7 @@ def subln_gamma(side: str, encoder_layers: int, decoder_layers: int) -> float:
 def subln_init_(layer: nn.Module, gamma: float) -> None:
     """Attention projections at PyTorch's default init (as torchscale leaves them), then gamma on the
     weights and biases of fc1, fc2 and the self-attention's v_proj and out_proj."""
-    attentions = [a for a in (layer.self_attn, getattr(layer, "encoder_attn", None)) if a is not None]
+    attentions = layer_attentions(layer)
     with torch.no_grad():
         for attention in attentions:
             for projection in (attention.q_proj, attention.k_proj, attention.v_proj, attention.out_proj):

@@ -16,7 +16,8 @@ to undo fairseq's gain 1/sqrt(2); we re-initialise those weights with gain 1 for
 import torch
 import torch.nn as nn
 
-from deepnmt_plugin.models.method import DeepMethod, all_layers, register_method
+from deepnmt_plugin.models.legacy_init import old_fairseq_ffn_init_
+from deepnmt_plugin.models.method import DeepMethod, all_layers, layer_attentions, register_method
 
 
 def tfixup_encoder_scale(encoder_layers: int) -> float:
@@ -36,11 +37,9 @@ def tfixup_embedding_scale(num_layers: int) -> float:
 
 def tfixup_init_(layer: nn.Module, scale: float) -> None:
     """Xavier-uniform (gain 1, zero FFN bias) then ``scale`` on v_proj, out_proj, fc1 and fc2."""
-    attentions = [m for m in (layer.self_attn, getattr(layer, "encoder_attn", None)) if m is not None]
+    attentions = layer_attentions(layer)
+    old_fairseq_ffn_init_(layer)
     with torch.no_grad():
-        for fc in (layer.fc1, layer.fc2):
-            nn.init.xavier_uniform_(fc.weight)
-            nn.init.zeros_(fc.bias)
         for attention in attentions:
             nn.init.xavier_uniform_(attention.v_proj.weight)
         for linear in [layer.fc1, layer.fc2] + [a.v_proj for a in attentions] + [a.out_proj for a in attentions]:
