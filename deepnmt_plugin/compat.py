@@ -36,7 +36,8 @@ from fairseq.tasks.translation import TranslationTask
 from fairseq.trainer import Trainer
 from numpy._core.multiarray import _reconstruct as numpy_reconstruct
 
-from deepnmt_plugin.flat_masters import flat_bf16_masters, master_and_state_restored, master_saved
+from deepnmt_plugin.flat_masters import (flat_bf16_masters, flat_grads_synced, flat_params_synced,
+                                         master_and_state_restored, master_saved)
 
 logger = logging.getLogger(__name__)
 
@@ -697,6 +698,8 @@ def install():
     _wrap(fp16_optimizer.FP16Optimizer, "build_optimizer", flat_bf16_masters)
     _wrap(fp16_optimizer._FP16OptimizerMixin, "state_dict", master_saved)
     _wrap(fp16_optimizer._FP16OptimizerMixin, "load_state_dict", master_and_state_restored)
+    _wrap(fp16_optimizer._FP16OptimizerMixin, "_sync_fp16_grads_to_fp32", flat_grads_synced)
+    _wrap(fp16_optimizer._FP16OptimizerMixin, "_sync_fp32_params_to_fp16", flat_params_synced)
     _wrap(Trainer, "__init__", _refuse_fp16_on_cpu)
     _wrap(Trainer, "load_checkpoint", _refuse_another_model)
     _wrap(distributed_utils, "call_main", _checked_start)

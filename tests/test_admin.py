@@ -178,14 +178,15 @@ def test_layerdrop_profiles_every_sublayer_once_and_leaves_no_profiler(build_mod
     assert all(torch.equal(o, p) for o, p in zip(omegas(model.encoder) + omegas(model.decoder), profiled))
 
 
+@pytest.mark.parametrize("scale_size", ["channel", "scalar"])  # Admin's omega, ReZero's alpha
 @pytest.mark.parametrize("shape", [(5, 3, 8), (1, 2, 8), (4, 8)])
-def test_the_scaled_residual_sum_has_addcmuls_values_and_gradients(shape):
+def test_the_scaled_residual_sum_has_addcmuls_values_and_gradients(shape, scale_size):
     """ScaledResidualSum writes addcmul's backward out without its multiplications by 1: bitwise the same, also for a
     non-contiguous x."""
-    from deepnmt_plugin.models.admin import ScaledResidualSum
+    from deepnmt_plugin.models.method import ScaledResidualSum
 
     torch.manual_seed(0)
-    f, omega = torch.randn(shape), torch.rand(shape[-1]) + 0.5
+    f, omega = torch.randn(shape), torch.rand(shape[-1] if scale_size == "channel" else 1) + 0.5
     x = torch.randn(tuple(reversed(shape[:-1])) + shape[-1:]).transpose(0, -2) if len(shape) == 3 else torch.randn(shape)
     grad = torch.randn(shape)
     results = []

@@ -28,31 +28,12 @@ import torch.nn as nn
 from torch import Tensor
 
 from deepnmt_plugin.models.legacy_init import add_linear_init_flag, apply_linear_init
-from deepnmt_plugin.models.method import DeepMethod, Residual, all_layers, register_method
+from deepnmt_plugin.models.method import DeepMethod, Residual, ScaledResidualSum, all_layers, register_method
 
 OMEGA_UNSET = (
     "transformer_admin trains with --task translation_deep, which sets omega before the first update; "
     "this model's omega is still 1 (plain Post-LN)"
 )
-
-
-class ScaledResidualSum(torch.autograd.Function):
-    """``f + omega * x`` in one kernel, like stock ``x + f``, with the backward written out: the gradient of f is the
-    incoming one, of x ``grad * omega``, of omega ``grad * x`` summed over every dimension but the last. ``addcmul``'s
-    own backward computes the same values but also multiplies both products by its ``value`` (1): two more operators
-    per sublayer and update."""
-
-    @staticmethod
-    def forward(ctx, f: Tensor, x: Tensor, omega: Tensor) -> Tensor:
-        ctx.save_for_backward(x, omega)
-        return torch.addcmul(f, x, omega)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        x, omega = ctx.saved_tensors
-        grad_x = grad * omega if ctx.needs_input_grad[1] else None
-        grad_omega = (grad * x).sum(dim=tuple(range(grad.dim() - 1))) if ctx.needs_input_grad[2] else None
-        return grad, grad_x, grad_omega
 
 
 class AdminResidual(Residual):

@@ -17,7 +17,7 @@ are initialised as the authors' fairseq built them (``--dlcl-linear-init``, ``le
 with zero biases, zero q/k/v biases.
 """
 
-from typing import Final, List, Optional
+from typing import Final, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -62,12 +62,23 @@ class LayerCombination(HistoryConnection):
         self.norm_bias = nn.Parameter(torch.zeros(num_layers, embed_dim))
 
     def layer_norm(self, x: Tensor, index: int) -> Tensor:
-        return F.layer_norm(x, x.shape[-1:], self.norm_weight[index], self.norm_bias[index], 1e-5)
+        if torch.jit.is_scripting():
+            weight, bias = self.norm_weight[index], self.norm_bias[index]
+        else:
+            weight, bias = self.norm_row(index)
+        return F.layer_norm(x, x.shape[-1:], weight, bias, 1e-5)
+
+    @torch.jit.unused
+    def norm_row(self, index: int) -> Tuple[Tensor, Tensor]:
+        return self.norm_rows[0][index], self.norm_rows[1][index]
 
     def begin(self, x: Tensor, state: List[Tensor]) -> Tensor:
         if torch.jit.is_scripting():
             state.append(x)
             return weighted_sum(self.weight[0], state)
+        # the rows split once per pass (kept until the next): their gradients are stacked by one operator, where
+        # indexing each row costs a full-size gradient per layer and the sum of them
+        self.norm_rows = (self.norm_weight.unbind(0), self.norm_bias.unbind(0))
         self.start_history(self.weight, x)
         return self.combine_row(0)
 

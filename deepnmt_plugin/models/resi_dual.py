@@ -12,6 +12,7 @@ Flags, the authors' names and defaults: ``--enc-alpha``/``--dec-alpha`` (alpha, 
 
 from typing import List, Optional
 
+import torch
 import torch.nn as nn
 from fairseq.modules import LayerNorm
 from torch import Tensor
@@ -39,7 +40,7 @@ class DualStream(StackConnection):
 
     def next_input(self, index: int, x: Tensor, branches: Optional[Tensor], state: List[Tensor]) -> Tensor:
         assert branches is not None  # the layers sum their branches (branch_sum)
-        state[0] = state[0] + self.scale * branches
+        state[0] = torch.add(state[0], branches, alpha=self.scale)  # one operator; its backward skips a scale of 1
         return x
 
     def output(self, x: Tensor, state: List[Tensor]) -> Tensor:
