@@ -11,7 +11,7 @@ copy of the history and one of its gradient: memory stays linear in depth.
 
 The order of the backward is kept by a chain of empty tensors: the record of y_k consumes the record of y_{k-1}, and
 row l's sum consumes the record of y_l, so that the record of y_k runs its backward after every row that reads y_k.
-The sums equal the term-by-term ones to float rounding (tests/test_dlcl.py); TorchScript, which cannot run an
+The sums equal the term-by-term ones to float rounding (tests/test_layer_history.py); TorchScript, which cannot run an
 autograd Function, uses the term-by-term sum (``weighted_sum``).
 """
 
