@@ -41,3 +41,17 @@ def test_the_performance_page_quotes_the_record(recorded):
 def test_every_arch_launches_the_operators_recorded(counted, recorded):
     """The count is the machine's and the corpus's only through the batch's shape: the toy corpus gives the record's."""
     assert {arch: int(row["operators"]) for arch, row in recorded.items()} == counted
+
+
+# docs/performance.md's bounds on an update's operators against stock's: 1.05, and 1.1 for the recipes whose trainable
+# per-sublayer or cross-layer weights add their own gradients. Three recipes are over theirs until fused kernels exist
+# for their elementwise work (the page says why); they are named, so that one brought within its bound is moved.
+WEIGHTED = {"transformer_admin", "transformer_dlcl", "transformer_denseformer", "transformer_hyper"}
+UNFUSED = {"transformer_dyt", "transformer_sigma", "transformer_hyper"}
+
+
+def test_every_arch_stays_within_its_operator_bound(recorded):
+    for arch, row in recorded.items():
+        bound = 1.1 if arch in WEIGHTED else 1.05
+        within = float(row["ratio"]) <= bound
+        assert within != (arch in UNFUSED), (arch, row["ratio"], bound)
