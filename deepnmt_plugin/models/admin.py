@@ -27,7 +27,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch import Tensor
 
-from deepnmt_plugin.models.legacy_init import add_linear_init_flag, apply_linear_init
+from deepnmt_plugin.models.legacy_init import add_linear_init_flag, apply_linear_init, chosen_linear_init
 from deepnmt_plugin.models.method import DeepMethod, Residual, ScaledResidualSum, all_layers, register_method
 
 OMEGA_UNSET = (
@@ -208,7 +208,7 @@ class Admin(DeepMethod):
     @classmethod
     def from_config(cls, cfg) -> "Admin":
         method = super().from_config(cfg)
-        method.linear_init = getattr(cfg, "admin_linear_init", None) or "authors"
+        method.linear_init = chosen_linear_init(cfg, "admin")
         return method
 
     def residual(self, side: str, embed_dim: int) -> nn.Module:

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from deepnmt_plugin.models.layer_history import HistoryConnection, weighted_sum
-from deepnmt_plugin.models.legacy_init import add_linear_init_flag, apply_linear_init
+from deepnmt_plugin.models.legacy_init import add_linear_init_flag, apply_linear_init, chosen_linear_init
 from deepnmt_plugin.models.method import ArchitectureError, DeepMethod, register_method
 
 
@@ -115,7 +115,7 @@ class DLCL(DeepMethod):
         method = super().from_config(cfg)
         if getattr(cfg, "dlcl_post_norm", None):
             method.layer_norm = "post"
-        method.linear_init = getattr(cfg, "dlcl_linear_init", None) or "authors"
+        method.linear_init = chosen_linear_init(cfg, "dlcl")
         return method
 
     def check_args(self, args, arch: str) -> None:

@@ -32,6 +32,11 @@ def add_linear_init_flag(parser, arch: str) -> None:
                              "fairseq 0.12 builds them (fairseq)")
 
 
+def chosen_linear_init(cfg, recipe: str) -> str:
+    """The ``--<recipe>-linear-init`` a config holds; ``authors`` where it holds none."""
+    return getattr(cfg, f"{recipe}_linear_init", None) or "authors"
+
+
 def old_fairseq_ffn_init_(layer: nn.Module) -> None:
     """fc1 and fc2 as fairseq <= 0.9's ``Linear()`` built them: Xavier-uniform (gain 1), zero bias (also the
     statistics T-Fixup's reference code scales)."""
