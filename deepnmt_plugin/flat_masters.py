@@ -13,7 +13,8 @@ run resumes across the two paths.
 fairseq copies each parameter's gradient into the flat master, and each master slice back into its parameter, one
 tensor at a time: two operators per parameter tensor and update, about 500 kernel launches for a 6L-6L model and more
 for a recipe with many small tensors (LayerNorm weights, scalars). ``flat_grads_synced`` and ``flat_params_synced``
-copy each way in one ``torch._foreach_copy_`` (one multi-tensor kernel on CUDA, bf16/fp16 to fp32 and back).
+copy each way in one ``torch._foreach_copy_`` (on CUDA a multi-tensor kernel, launched once per chunk of tensors;
+bf16/fp16 to fp32 and back).
 
 fairseq saves a half-precision run's model in half precision and, on resume, rebuilds the fp32 master from it: the
 master's low bits are lost and the resumed run drifts from the uninterrupted one (by a bf16 rounding of the weights
@@ -99,7 +100,7 @@ def flat_params_synced(sync):
         for device, master in self.fp32_params.items():
             params = _on(device, self.fp16_params)
             with torch.no_grad():
-                torch._foreach_copy_(params, _shaped_slices(master.detach(), params))
+                torch._foreach_copy_(params, _shaped_slices(master, params))
 
     return synced
 
