@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import REPO
 from deepnmt_plugin.bench import curves, depth, layers, runs
@@ -415,6 +416,45 @@ def test_lr_overrides_the_peak_lr_of_sweep_and_study_for_every_method(toy_data, 
     for bad in ("0", "-1e-3", "nan", "fast"):
         with pytest.raises(SystemExit):
             depth.parse_arguments(["--data", "d", "--lr", bad])
+
+
+def test_schedule_authors_trains_under_the_authors_optimiser_and_cosine_schedule(toy_data, tmp_path, monkeypatch):
+    """The variant cells' fairseq-train gets the authors' betas, weight decay, clipping and warmup-then-cosine curve,
+    scaled to the study's updates; a method without one, or a flag that contradicts it, is refused in one line."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.optim import build_optimizer
+    from fairseq.optim.lr_scheduler import build_lr_scheduler
+
+    from deepnmt_plugin.bench import study
+
+    planned = {}
+    monkeypatch.setattr(study, "run", lambda args, preset, threads: planned.update(preset=preset) or 0)
+    assert depth.main(["--data", str(toy_data), "--preset", "study", "--schedule", "authors", "--methods",
+                       "hybridnorm", "mixln", "--depths", "18"]) == 0
+    preset = planned["preset"]
+    assert preset.schedule == "authors" and study.budget(preset)["schedule"] == "authors"
+    assert "schedule" not in study.budget(study.STUDY)  # the study's records, written before, stay comparable
+    for method, betas, decay, clip, peak, warmup in (("hybridnorm", (0.9, 0.95), 0.1, 1.0, 3e-4, 17),
+                                                      ("mixln", (0.9, 0.999), 0.0, 0.0, 1e-3, 200)):
+        command = study.train_command(str(toy_data), study.Cell(method, 18, 18), preset, tmp_path, cpu=True)
+        parsed = options.parse_args_and_arch(options.get_training_parser(), command[3:])
+        cfg = convert_namespace_to_omegaconf(parsed)
+        assert (tuple(eval(cfg.optimizer.adam_betas)), cfg.optimizer.weight_decay, cfg.optimization.clip_norm) == (
+            betas, decay, clip)
+        optimizer = build_optimizer(cfg.optimizer, [torch.nn.Parameter(torch.zeros(1))])
+        scheduler = build_lr_scheduler(cfg.lr_scheduler, optimizer)
+        lrs = [scheduler.step_update(update) for update in range(preset.max_update)]
+        assert lrs[0] == 0 and lrs[warmup] == pytest.approx(peak) and max(lrs) == pytest.approx(peak)
+        assert lrs[warmup // 2] == pytest.approx(peak * (warmup // 2) / warmup)
+        assert lrs[-1] == pytest.approx(0.1 * peak, rel=1e-3)  # the cosine ends at the authors' floor
+    for argv, line in ((["--methods", "preln", "mixln"], r"^deepnmt: error: --schedule authors has no schedule for "
+                                                         r"preln \(only for mixln, lns, hybridnorm\)$"),
+                       (["--methods", "mixln", "--lr", "1e-3"], r"^deepnmt: error: --lr contradicts --schedule authors"),
+                       (["--micro", "--methods", "mixln"], r"^deepnmt: error: --schedule authors is the study's")):
+        preset_flags = [] if "--micro" in argv else ["--preset", "study"]
+        with pytest.raises(SystemExit, match=line):
+            depth.main(["--data", str(toy_data), *preset_flags, "--schedule", "authors", *argv])
 
 
 def test_max_update_overrides_the_study_checkpointed_cells_own_updates(toy_data, monkeypatch):

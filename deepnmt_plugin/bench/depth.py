@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import List, Optional
 
-from deepnmt_plugin.bench import pyplot, study
+from deepnmt_plugin.bench import authors_schedules, pyplot, study
 from deepnmt_plugin.bench.runs import (FAILED, FINISHED, LABEL_SMOOTHING, METHODS, CellBusy, arch_flags, cell_lock, classify,
                                        final_valid_loss, plot_vs_depth, say, unfinished, unigram_plateau,
                                        update_norm_curve, verdict)
@@ -227,6 +227,10 @@ def parse_arguments(argv=None):
                         help="warm the lr up over this many updates (inverse_sqrt) instead of keeping it constant")
     parser.add_argument("--lr", type=positive_float,
                         help="override the preset's peak learning rate, the same for every method")
+    parser.add_argument("--schedule", choices=["study", "authors"], default="study",
+                        help="study: each method under the study's schedule; authors: under its authors' optimiser "
+                             "and schedule, scaled to the budget (bench/authors_schedules.py; "
+                             f"{', '.join(authors_schedules.SCHEDULES)})")
     parser.add_argument("--workdir", help="runs, logs, JSON, tables and plots "
                                           "(default: runs/bench_depth/<updates>x<tokens>[_warmup<N>][_lr<X>])")
     parser.add_argument("--cpu", action="store_true", help="train on the CPU even when CUDA is available")
@@ -247,6 +251,9 @@ def run(args) -> int:
     if args.seeds != [1] or any(encoder != decoder for encoder, decoder in args.depths or []):
         raise SystemExit("deepnmt: error: --seeds and N-M depths are the study's (--preset study); the sweep trains "
                          "seed 1 with equal stacks")
+    if args.schedule != "study":
+        raise SystemExit("deepnmt: error: --schedule authors is the study's (--preset study); the sweep trains every "
+                         "method under one schedule")
     preset = PRESETS[args.preset]
     preset = replace(preset, depths=tuple(encoder for encoder, _ in args.depths or []) or preset.depths,
                      max_update=args.max_update or preset.max_update, warmup_updates=args.warmup_updates,
@@ -309,6 +316,14 @@ def run(args) -> int:
 
 def run_study(args) -> int:
     preset = study.STUDY if args.preset == "study" else study.STUDY_MICRO
+    if args.schedule == "authors":
+        refused = ([f"--schedule authors has no schedule for {', '.join(unknown)} (only for "
+                    f"{', '.join(authors_schedules.SCHEDULES)})"]
+                   if (unknown := [m for m in args.methods if m not in authors_schedules.SCHEDULES]) else [])
+        refused += [f"{flag} contradicts --schedule authors (the authors' schedule sets it)"
+                    for flag, value in (("--lr", args.lr), ("--warmup-updates", args.warmup_updates)) if value]
+        if refused:
+            raise SystemExit("deepnmt: error: " + "; ".join(refused))
     # --depths picks the grid's depths and the checkpointed cells at those depths; 500 picks only the latter;
     # --max-update overrides the checkpointed cells' own updates too
     depths = args.depths or study.depth_pairs(preset.depths)
@@ -318,7 +333,8 @@ def run_study(args) -> int:
                                         for method, encoder, decoder, updates in preset.checkpointed
                                         if (encoder, decoder) in depths or not args.depths),
                      max_update=args.max_update or preset.max_update,
-                     warmup_updates=args.warmup_updates or preset.warmup_updates, lr=args.lr or preset.lr)
+                     warmup_updates=args.warmup_updates or preset.warmup_updates, lr=args.lr or preset.lr,
+                     schedule=args.schedule)
     args.data_bin = data_bin(args.data)
     args.cpu = args.cpu or not cuda_available()
     args.workdir = args.workdir or f"runs/{args.preset.replace('-', '_')}"

@@ -20,7 +20,7 @@ ones': ``results.csv`` (one row a cell), ``results.md``,
 equal stacks), ``update_norm_<depth>L.png`` (DeepNet Fig. 5: early model
 update, each method under its schedule), ``valid_loss_vs_update.png`` (still learning, or stalled),
 ``samples.md`` (the first test sentences as each cell translated them), ``choosing.md`` (the recipes ranked per
-stack shape, ``bench/choosing.py``)
+stack shape, ``bench/choosing.py``; not under ``--schedule authors``, whose cells are variants beside the study's)
 and, per cell, ``train_command.txt`` (its exact ``fairseq-train``), ``train.log``, ``generate.txt``, ``scores.json``.
 """
 
@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from deepnmt_plugin.bench import pyplot
+from deepnmt_plugin.bench import authors_schedules, pyplot
 from deepnmt_plugin.bench.choosing import write_choosing
 from deepnmt_plugin.bench.runs import (FAILED, FAILS, FINISHED, IGNORES_SOURCE, LABEL_SMOOTHING, METHODS, STALLED,
                                        VERDICT_RULES, CellBusy, arch_flags, cell_lock, classify, final_valid_loss, method_style,
@@ -77,6 +77,9 @@ class StudyPreset:
     # (method, encoder layers, decoder layers, updates) trained with --checkpoint-activations, beside the grid; fewer
     # updates than the grid's where the cell costs most of the budget (500L-500L: 80x a 6L-6L update)
     checkpointed: tuple = ()
+    # "authors": each method under its authors' optimiser and schedule (bench/authors_schedules.py) instead of the
+    # study's, for the variant cells of the recipes that stall under the study's
+    schedule: str = "study"
 
 
 # Chosen on valid BLEU of 6L-6L runs, lr 2e-3 with no warmup (inverse_sqrt_nowarmup, decay period 4000), 1500 updates:
@@ -113,7 +116,10 @@ class Cell:
 def budget(preset: StudyPreset) -> dict:
     """What every cell's result depends on besides the cell itself (its method, depth and own updates), so that
     an invocation with other --depths or --methods reuses the cells it shares with an earlier one."""
-    return {key: value for key, value in asdict(preset).items() if key not in ("depths", "checkpointed")}
+    kept = {key: value for key, value in asdict(preset).items() if key not in ("depths", "checkpointed")}
+    if kept["schedule"] == "study":  # the records written before there was another one stay comparable
+        del kept["schedule"]
+    return kept
 
 
 def depth_pairs(depths) -> List[Tuple[int, int]]:
@@ -131,10 +137,14 @@ def cells(preset: StudyPreset, methods, seeds=(1,)) -> List[Cell]:
 
 
 def schedule(preset: StudyPreset, method: str) -> List[str]:
+    """``fairseq-train``'s optimiser, peak lr and lr schedule flags for METHOD's cells."""
+    if preset.schedule == "authors":
+        return authors_schedules.fairseq_flags(method, preset.max_update)
+    adam = ["--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", str(preset.lr)]
     if method in WARMUP_METHODS:
-        return ["--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(preset.warmup_updates),
+        return [*adam, "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(preset.warmup_updates),
                 "--warmup-init-lr", "1e-7"]
-    return ["--lr-scheduler", "inverse_sqrt_nowarmup", "--decay-period", str(preset.warmup_updates)]
+    return [*adam, "--lr-scheduler", "inverse_sqrt_nowarmup", "--decay-period", str(preset.warmup_updates)]
 
 
 def train_command(data_bin: str, cell: Cell, preset: StudyPreset, save_dir: Path, cpu: bool) -> List[str]:
@@ -145,8 +155,7 @@ def train_command(data_bin: str, cell: Cell, preset: StudyPreset, save_dir: Path
         sys.executable, "-m", "fairseq_cli.train", data_bin, "--user-dir", USER_DIR, "--task", "translation_deep",
         *arch_flags(cell.method), "--encoder-layers", str(cell.encoder_layers),
         "--decoder-layers", str(cell.decoder_layers), *[str(x) for pair in zip(dims, sizes) for x in pair],
-        "--share-all-embeddings", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", str(preset.lr),
-        *schedule(preset, cell.method), "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", str(LABEL_SMOOTHING),
+        "--share-all-embeddings", *schedule(preset, cell.method), "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", str(LABEL_SMOOTHING),
         "--dropout", str(preset.dropout), "--max-tokens", str(preset.max_tokens),
         "--max-update", str(cell.max_update or preset.max_update), "--seed", str(cell.seed), "--divergence-guard",
         "--log-format", "simple", "--log-interval", str(preset.interval),
@@ -332,8 +341,9 @@ def check_reusable(workdir: Path, plan: List[Cell], preset: StudyPreset, corpus:
     another corpus: its number would be reported as this study's, or a resume would mix two budgets in one record."""
     def schedule(kept: dict) -> dict:
         """A started cell's budget but its length: updates up to the stop are the same whatever --max-update the run
-        ends at (the study's inverse_sqrt schedules do not read it), so it may resume under another one."""
-        return {key: value for key, value in kept.items() if key != "max_update"}
+        ends at (the study's inverse_sqrt schedules do not read it), so it may resume under another one; the
+        authors' cosine schedules do read it."""
+        return {key: value for key, value in kept.items() if key != "max_update" or "schedule" in kept}
 
     for cell in plan:
         for record_name, done, same in (("result.json", "trained", lambda kept: kept),
@@ -549,7 +559,8 @@ def write_plots(results: List[dict], workdir: Path, preset: StudyPreset) -> List
         figure, axes = plt.subplots(figsize=(6, 4))
         for run in (r for r in plotted if r["encoder_layers"] == depth and r["update_norm"]):
             steps, values = zip(*run["update_norm"])
-            warmup = f"warmup {preset.warmup_updates}" if run["method"] in WARMUP_METHODS else "no warmup"
+            warmup = ("authors' schedule" if preset.schedule == "authors" else
+                      f"warmup {preset.warmup_updates}" if run["method"] in WARMUP_METHODS else "no warmup")
             axes.plot(steps, values, **method_style(run["method"]),
                       label=f"{run['method']} ({warmup})" + ("" if run["status"] == FINISHED else ", diverged"))
         axes.set(title=f"Model update, {depth}L-{depth}L, each method under its own schedule", xlabel="update",
@@ -592,6 +603,11 @@ def write_plots(results: List[dict], workdir: Path, preset: StudyPreset) -> List
 
 
 def study_title(preset: StudyPreset) -> str:
+    if preset.schedule == "authors":
+        return (f"Depth study: {preset.embed_dim}-{preset.ffn_dim}-{preset.heads}, {preset.max_update} updates x "
+                f"{preset.max_tokens} tokens, each method under its authors' optimiser and schedule: "
+                + "; ".join(authors_schedules.describe(method, preset.max_update)
+                            for method in authors_schedules.SCHEDULES))
     return (f"Depth study: {preset.embed_dim}-{preset.ffn_dim}-{preset.heads}, peak lr {preset.lr:g}, "
             f"{preset.max_update} updates x {preset.max_tokens} tokens, warmup {preset.warmup_updates} for "
             f"{', '.join(WARMUP_METHODS)}, none for the others")
@@ -641,7 +657,8 @@ def run(args, preset: StudyPreset, threads: Optional[int]) -> int:
                 Path(partial).write_text(json.dumps(result, indent=1))
     write_csv(results, workdir / "results.csv")
     write_markdown(results, workdir / "results.md", title)
-    write_choosing(over_seeds(results), WARMUP_METHODS, preset.warmup_updates, title, workdir / "choosing.md")
+    if preset.schedule == "study":  # the page ranks recipes under one schedule: the study's
+        write_choosing(over_seeds(results), WARMUP_METHODS, preset.warmup_updates, title, workdir / "choosing.md")
     write_samples(results, workdir, workdir / "samples.md")
     plots = write_plots(results, workdir, preset)
     say(f"wrote {workdir / 'results.csv'}, {workdir / 'results.md'} and {len(plots)} plots")
