@@ -6,21 +6,48 @@ tables from the committed records (``bench/choosing.py``).
 
 import argparse
 import json
+import statistics
 from pathlib import Path
+from typing import List
 
 from deepnmt_plugin.bench import study
 from deepnmt_plugin.bench.choosing import (BUDGET_BOUND_START, README_START, budget_bound_lines, readme_block,
-                                           rewrite_seed_tables, splice, write_choosing)
+                                           rewrite_seed_tables, shape_name, shapes_of, splice, table_cell,
+                                           write_choosing)
 
 CELLS = Path("docs/depth_study/cells")
 EXTENDED = Path("docs/depth_study/extended")  # seed-1 cells trained on past the budget
 REPORT = Path("docs/depth_study/README.md")
 
 
-def committed_groups(cells: Path = CELLS) -> dict:
-    """The study's grid cells under ``cells`` by (method, encoder layers, decoder layers), every seed (``over_seeds``)."""
+def committed_groups(cells: Path = CELLS, preset: study.StudyPreset = study.STUDY) -> dict:
+    """The grid cells under ``cells`` trained under ``preset``'s budget, by (method, encoder layers, decoder layers),
+    every seed (``over_seeds``)."""
     corpus = json.loads(next(cells.glob("*/result.json")).read_text())["corpus"]
-    return study.over_seeds(study.kept_results(cells, study.STUDY, corpus))
+    return study.over_seeds(study.kept_results(cells, preset, corpus))
+
+
+def beside_the_study(variant: dict, methods, study_label: str, variant_label: str) -> List[str]:
+    """A variant folder's cells (``committed_groups``) beside the study's cells of the same method and shape: test
+    sacreBLEU (``choosing.table_cell``) and the last validation loss, mean ± sd over the seeds; a row per method and
+    shape of the variant. Raises where the study has no cell to set one beside."""
+    groups = committed_groups()
+    if any(key not in groups for key in variant):
+        raise SystemExit(f"deepnmt: error: the study has no cells of {sorted(set(variant) - set(groups))}")
+
+    def valid_loss(group) -> str:
+        losses = [r["valid_loss"] for r in group]
+        return f"{statistics.mean(losses):.3f}" + (f" ± {statistics.stdev(losses):.3f}" if len(losses) > 1 else "")
+
+    lines = [f"| recipe, shape | test BLEU, {study_label} | test BLEU, {variant_label} | valid loss, {study_label} | "
+             f"valid loss, {variant_label} |", "|---|---|---|---|---|"]
+    for method in methods:
+        for shape in shapes_of(variant):
+            if (method, *shape) in variant:
+                pair = groups[(method, *shape)], variant[(method, *shape)]
+                lines.append(f"| {method} {shape_name(shape)} | " + " | ".join(map(table_cell, pair)) + " | "
+                             + " | ".join(valid_loss(group) for group in pair) + " |")
+    return lines
 
 
 def main(argv=None) -> None:
