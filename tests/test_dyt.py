@@ -33,7 +33,7 @@ def test_default_alpha_is_the_papers_half_everywhere(build_model):
 
 
 @pytest.mark.parametrize("flag", ["--dyt-alpha-init", "--dyt-attention-alpha-init"])
-@pytest.mark.parametrize("value", ["0", "-0.5", "nan"])
-def test_alpha_init_must_be_positive(flag, value, build_model):
-    with pytest.raises(ArchitectureError, match=rf"^deepnmt: error: {flag} {value}: alpha_0 must be positive"):
+@pytest.mark.parametrize("value", ["0", "-0.5", "nan", "inf"])
+def test_alpha_init_must_be_positive_and_finite(flag, value, build_model):
+    with pytest.raises(ArchitectureError, match=rf"^deepnmt: error: {flag} {value}: alpha_0 must be positive and finite"):
         build_model("transformer_dyt_iwslt_de_en", flag, value)

@@ -4,6 +4,7 @@ alpha * x_L + LN(dual), LN eps 1e-7."""
 import pytest
 import torch
 
+from deepnmt_plugin.models.method import ArchitectureError
 from recipe_helpers import record, small_model
 
 SETTINGS = ["--enc-alpha", 0.5, "--dec-alpha", 2.0, "--enc-res-input-norm-scale", 0.05,
@@ -31,3 +32,10 @@ def test_its_flags_are_refused_with_another_recipe(build_model):
         build_model("transformer_deepnorm_iwslt_de_en", "--enc-alpha", 0.5)
     assert str(error.value.code) == ("deepnmt: error: --enc-alpha is a flag of transformer_resi_dual; "
                                      "--arch transformer_deepnorm_iwslt_de_en would ignore it")
+
+
+@pytest.mark.parametrize("flag", ["--enc-alpha", "--dec-res-input-norm-scale"])
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_a_setting_that_is_not_finite_is_refused_in_one_line(flag, value, build_model):
+    with pytest.raises(ArchitectureError, match=rf"^deepnmt: error: {flag} {value}: give a finite number$"):
+        build_model("transformer_resi_dual_iwslt_de_en", flag, value)

@@ -65,7 +65,9 @@ def test_post_ln_layout_and_the_gain_flag(build_model):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--sigma-init-gain", 0], "--sigma-init-gain 0: give a positive gain"),
+    (["--sigma-init-gain", 0], "--sigma-init-gain 0: give a positive, finite gain"),
+    (["--sigma-init-gain", "inf"], "--sigma-init-gain inf: give a positive, finite gain"),
+    (["--sigma-init-gain", "nan"], "--sigma-init-gain nan: give a positive, finite gain"),
     (["--quant-noise-pq", 0.1], "--quant-noise-pq is not supported by --arch transformer_sigma_iwslt_de_en"),
 ])
 def test_what_sigma_cannot_honour_is_refused_in_one_line(flags, message, build_model):

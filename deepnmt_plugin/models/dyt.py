@@ -13,6 +13,8 @@ tune it, larger for the norms before attention than for the others, and smaller 
 same). fairseq's initialisation is kept.
 """
 
+import math
+
 import torch
 import torch.nn as nn
 from torch import Tensor
@@ -73,9 +75,9 @@ class DyT(DeepMethod):
         super().check_args(args, arch)
         for flag, value in (("--dyt-alpha-init", self.alpha_init),
                             ("--dyt-attention-alpha-init", self.attention_alpha_init)):
-            if not value > 0:  # also refuses nan
-                raise ArchitectureError(f"{flag} {value:g}: alpha_0 must be positive "
-                                        "(tanh(0 * x) is 0 for every input)")
+            if not 0 < value < math.inf:  # also refuses nan
+                raise ArchitectureError(f"{flag} {value:g}: alpha_0 must be positive and finite "
+                                        "(tanh(0 * x) is 0 for every input, tanh(inf * 0) is nan)")
 
     def norm(self, role, dim, layer_number, export):
         return DynamicTanh(dim, self.attention_alpha_init if role in ATTENTION_ROLES else self.alpha_init)

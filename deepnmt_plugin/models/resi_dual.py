@@ -10,6 +10,7 @@ Flags, the authors' names and defaults: ``--enc-alpha``/``--dec-alpha`` (alpha, 
 ``--enc-res-input-norm-scale``/``--dec-res-input-norm-scale`` (s, 1.0; their 18-layer OPUS config uses 0.05).
 """
 
+import math
 from typing import List, Optional
 
 import torch
@@ -17,7 +18,7 @@ import torch.nn as nn
 from fairseq.modules import LayerNorm
 from torch import Tensor
 
-from deepnmt_plugin.models.method import DeepMethod, StackConnection, register_method
+from deepnmt_plugin.models.method import ArchitectureError, DeepMethod, StackConnection, register_method
 
 FLAGS = {  # dest -> (side, what it sets)
     "enc_alpha": ("encoder", "alpha"), "dec_alpha": ("decoder", "alpha"),
@@ -75,6 +76,12 @@ class ResiDual(DeepMethod):
         method = super().from_config(cfg)
         method.settings.update({dest: value for dest, value in settings.items() if value is not None})
         return method
+
+    def check_args(self, args, arch: str) -> None:
+        super().check_args(args, arch)
+        for dest, value in self.settings.items():
+            if not math.isfinite(value):  # the stack's output would be nan or inf from the first step
+                raise ArchitectureError(f"--{dest.replace('_', '-')} {value:g}: give a finite number")
 
     def stack_connection(self, side: str, embed_dim: int, num_layers: int) -> nn.Module:
         prefix = "enc" if side == "encoder" else "dec"

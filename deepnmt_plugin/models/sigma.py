@@ -15,6 +15,8 @@ The layout is Post-LN, the paper's translation setting (it trains Post-LN to 100
 runs it without warmup, as Pre-LN and T-Fixup). Quant-noise, which hooks the projections replaced here, is refused.
 """
 
+import math
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -83,8 +85,8 @@ class SigmaReparam(DeepMethod):
 
     def check_args(self, args, arch: str) -> None:
         super().check_args(args, arch)
-        if not self.init_gain > 0:
-            raise ArchitectureError(f"--sigma-init-gain {self.init_gain:g}: give a positive gain")
+        if not 0 < self.init_gain < math.inf:  # also refuses nan
+            raise ArchitectureError(f"--sigma-init-gain {self.init_gain:g}: give a positive, finite gain")
         if getattr(args, "quant_noise_pq", 0) > 0:
             raise ArchitectureError(f"--quant-noise-pq is not supported by --arch {arch}: σReparam replaces the "
                                     "projections quant-noise instruments")
