@@ -14,6 +14,8 @@ import re
 import sys
 from pathlib import Path
 
+from deepnmt_plugin.bench.choosing import splice
+
 REPO = Path(__file__).resolve().parent.parent
 RECORD = REPO / ".ci" / "times.json"
 PAGES = (REPO / "README.md", REPO / "docs" / "install.md")
@@ -67,9 +69,7 @@ def render(record: dict) -> str:
 
 def rewrite(page: Path, record: dict) -> str:
     """``page``'s text with the paragraph between TIMES_START and TIMES_END rendered from ``record``."""
-    before, rest = page.read_text().split(TIMES_START + "\n", 1)
-    _, after = rest.split("\n" + TIMES_END, 1)
-    return before + TIMES_START + "\n" + render(record) + "\n" + TIMES_END + after
+    return splice(page.read_text(), TIMES_START, [render(record)], end=TIMES_END)
 
 
 def main(argv=None) -> None:

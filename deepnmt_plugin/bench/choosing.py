@@ -232,11 +232,11 @@ def budget_bound_lines(extended: Path, groups: Dict[Tuple[str, int, int], List[d
     return wrapped(lines)
 
 
-def splice(text: str, start: str, lines: List[str]) -> str:
-    """``text`` with the lines between ``start`` and the next END replaced by ``lines``."""
+def splice(text: str, start: str, lines: List[str], end: str = END) -> str:
+    """``text`` with the lines between ``start`` and the next ``end`` replaced by ``lines``."""
     before, rest = text.split(start + "\n", 1)
-    _, after = rest.split(END, 1)
-    return before + start + "\n" + "\n".join(lines) + "\n" + END + after
+    _, after = rest.split(end, 1)
+    return before + start + "\n" + "\n".join(lines) + "\n" + end + after
 
 
 def seed_cell(group: List[dict], six_layer: Optional[List[dict]]) -> str:
