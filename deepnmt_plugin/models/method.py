@@ -70,22 +70,23 @@ class PlainResidual(Residual):
 
 
 class ScaledResidualSum(torch.autograd.Function):
-    """``f + scale * x`` in one kernel, like stock ``x + f``, with the backward written out: the gradient of f is the
-    incoming one, of x ``grad * scale``, of scale ``grad * x`` summed to the scale's shape (Admin's per-channel omega,
-    ReZero's scalar alpha). ``addcmul``'s own backward computes the same values but also multiplies both products by
-    its ``value`` (1): two more operators per sublayer and update."""
+    """``addend + scale * scaled`` in one kernel, like stock ``x + f``, with the backward written out: the gradient of
+    the addend is the incoming one, of the scaled term ``grad * scale``, of scale ``grad * scaled`` summed to the
+    scale's shape. Admin scales the residual, ``f + omega * x`` (omega per channel); ReZero the branch,
+    ``x + alpha * f`` (alpha a scalar). ``addcmul``'s own backward computes the same values but also multiplies both
+    products by its ``value`` (1): two more operators per sublayer and update."""
 
     @staticmethod
-    def forward(ctx, f: Tensor, x: Tensor, scale: Tensor) -> Tensor:
-        ctx.save_for_backward(x, scale)
-        return torch.addcmul(f, x, scale)
+    def forward(ctx, addend: Tensor, scaled: Tensor, scale: Tensor) -> Tensor:
+        ctx.save_for_backward(scaled, scale)
+        return torch.addcmul(addend, scaled, scale)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        x, scale = ctx.saved_tensors
-        grad_x = grad * scale if ctx.needs_input_grad[1] else None
-        grad_scale = (grad * x).sum_to_size(scale.shape) if ctx.needs_input_grad[2] else None
-        return grad, grad_x, grad_scale
+        scaled, scale = ctx.saved_tensors
+        grad_scaled = grad * scale if ctx.needs_input_grad[1] else None
+        grad_scale = (grad * scaled).sum_to_size(scale.shape) if ctx.needs_input_grad[2] else None
+        return grad, grad_scaled, grad_scale
 
 
 class AdoptedLinear(nn.Linear):
