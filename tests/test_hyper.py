@@ -141,6 +141,49 @@ def test_hyper_connections_start_as_pre_ln(build_model):
     assert not torch.allclose(ours, theirs, atol=1e-8, rtol=0)  # the streams are really there (the eps shows)
 
 
+def paper_connection(ours: HyperConnection, streams, f):
+    """The paper's Algorithm 2 (HC) or mHC's constraints, term by term from our parameters: (h, B^T f + A_r^T H)."""
+    normed = ours.norm(streams)
+    raw_alpha, raw_beta = normed @ ours.dynamic_alpha, normed @ ours.dynamic_beta
+    if ours.sinkhorn_iterations:
+        a_m = torch.sigmoid(raw_alpha[..., 0] * ours.alpha_scale[0] + ours.static_alpha[:, 0])
+        a_r = sinkhorn(raw_alpha[..., 1:] * ours.alpha_scale[1] + ours.static_alpha[:, 1:], ours.sinkhorn_iterations)
+        beta = 2 * torch.sigmoid(raw_beta * ours.beta_scale + ours.static_beta)
+    else:
+        a_m = ours.static_alpha[:, 0] + ours.alpha_scale[0] * torch.tanh(raw_alpha[..., 0])
+        a_r = ours.static_alpha[:, 1:] + ours.alpha_scale[0] * torch.tanh(raw_alpha[..., 1:])
+        beta = ours.static_beta + ours.beta_scale * torch.tanh(raw_beta)
+    h = torch.einsum("tbs,tbsc->tbc", a_m, streams)
+    return h, torch.einsum("tbs,tbc->tbsc", beta, f) + torch.einsum("tbsu,tbsc->tbuc", a_r, streams)
+
+
+@pytest.mark.parametrize("sinkhorn_iterations, dtype, tolerance", [(0, torch.float64, 1e-12), (20, torch.float32, 1e-6)],
+                         ids=["hc", "mhc"])  # mHC's coefficients are float32 whatever the model's dtype
+def test_a_connection_computes_the_papers_values_and_gradients(sinkhorn_iterations, dtype, tolerance):
+    """branch_input and forward, whose coefficients come from one product and whose sums have their backward written
+    out, give the paper's formula's outputs and gradients (input, branch output, every parameter)."""
+    torch.manual_seed(0)
+    ours = HyperConnection(8, STREAMS, 1, sinkhorn_iterations).to(dtype)
+    with torch.no_grad():
+        for parameter in ours.parameters():
+            parameter.add_(0.3 * torch.randn_like(parameter))
+    streams = torch.randn(3, 2, STREAMS, 8, dtype=dtype, requires_grad=True)
+    branch = torch.randn(3, 2, 8, dtype=dtype, requires_grad=True)
+    weights = [torch.randn(3, 2, 8, dtype=dtype), torch.randn(3, 2, STREAMS, 8, dtype=dtype)]
+    results = []
+    for compute in (lambda: (lambda h: (h, ours(streams, torch.tanh(h) * branch, streams)))(ours.branch_input(streams)),
+                    lambda: (lambda h, _: (h, paper_connection(ours, streams, torch.tanh(h) * branch)[1]))(
+                        *paper_connection(ours, streams, branch))):
+        outputs = compute()
+        inputs = [streams, branch, *ours.parameters()]
+        grads = torch.autograd.grad(sum((o * w).sum() for o, w in zip(outputs, weights)), inputs)
+        results.append((outputs, grads))
+    (ours_out, ours_grads), (paper_out, paper_grads) = results
+    for mine, paper in zip((*ours_out, *ours_grads), (*paper_out, *paper_grads)):
+        torch.testing.assert_close(mine, paper, rtol=100 * tolerance, atol=tolerance)
+    assert ours.pending is None  # forward let go of what branch_input kept
+
+
 def test_sinkhorn_makes_the_residual_mix_doubly_stochastic():
     torch.manual_seed(0)
     mixed = sinkhorn(torch.randn(5, 4, 4), 20)

@@ -24,7 +24,7 @@ The streams' tensor is T x B x n x C inside the stack; LayerDrop skips a layer's
 initialisation of the sublayers is kept.
 """
 
-from typing import List
+from typing import List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -32,7 +32,8 @@ import torch.nn.functional as F
 from fairseq.modules import LayerNorm
 from torch import Tensor
 
-from deepnmt_plugin.models.method import DeepMethod, Residual, StackConnection, refuse_below_one, register_method
+from deepnmt_plugin.models.method import (DeepMethod, Residual, ScaledResidualSum, StackConnection, refuse_below_one,
+                                          register_method)
 
 DYNAMIC_SCALE = 0.01  # s_a, s_b (the paper's and the package's init)
 
@@ -60,8 +61,11 @@ class StreamRMSNorm(nn.Module):
 
 
 class HyperConnection(Residual):
-    """One sublayer's hyper-connection. ``branch_input(H)`` is h = A_m^T H; ``forward(H, f)`` is B^T f + A_r^T H. Both
-    compute their dynamic coefficients from H (the norm runs twice: cheaper in memory than carrying it between them)."""
+    """One sublayer's hyper-connection. ``branch_input(H)`` computes the sublayer's coefficients from H once (one norm,
+    one projection), returns h = A_m^T H and keeps A_r^T H and B, computed in the same product, for
+    ``forward(H, f)``, which returns B^T f + A_r^T H: the layer calls the two in turn for each sublayer."""
+
+    pending: Optional[Tuple[Tensor, Tensor]]  # (A_r^T H, B) from branch_input to forward
 
     def __init__(self, embed_dim: int, streams: int, index: int, sinkhorn_iterations: int):
         super().__init__()
@@ -76,33 +80,45 @@ class HyperConnection(Residual):
         # s_a (HC: one for A_m and A_r; mHC: A_m's, then A_r's) and s_b
         self.alpha_scale = nn.Parameter(torch.full((2 if sinkhorn_iterations else 1,), DYNAMIC_SCALE))
         self.beta_scale = nn.Parameter(torch.tensor(DYNAMIC_SCALE))
+        self.pending = None
+
+    def coefficients(self, x: Tensor) -> Tuple[Tensor, Tensor]:
+        """[A_m, A_r] (T x B x n x (1 + n); row s from stream s) and B (T x B x n), in the norm's dtype."""
+        normed = self.norm(x)
+        dtype = normed.dtype
+        # [W_a, W_b] and [A_m, A_r, B]: every coefficient of a token from one product
+        raw = normed @ torch.cat((self.dynamic_alpha, self.dynamic_beta.unsqueeze(-1)), dim=-1).to(dtype)
+        static = torch.cat((self.static_alpha, self.static_beta.unsqueeze(-1)), dim=-1).to(dtype)
+        if self.sinkhorn_iterations:
+            a_m = torch.sigmoid(raw[..., :1] * self.alpha_scale[0] + static[:, :1])
+            a_r = sinkhorn(raw[..., 1:-1] * self.alpha_scale[1] + static[:, 1:-1], self.sinkhorn_iterations)
+            beta = 2 * torch.sigmoid(raw[..., -1] * self.beta_scale + static[:, -1])
+            return torch.cat((a_m, a_r), dim=-1), beta
+        scale = torch.cat((self.alpha_scale.expand(static.size(-1) - 1), self.beta_scale.unsqueeze(0))).to(dtype)
+        alphas, beta = self.sum(static, torch.tanh(raw), scale).split([static.size(-1) - 1, 1], dim=-1)
+        return alphas, beta.squeeze(-1)
 
     def branch_input(self, x: Tensor) -> Tensor:
         """h = sum_s A_m[s] * H_s, T x B x C."""
-        normed = self.norm(x)
-        raw = normed @ self.dynamic_alpha[:, 0].to(normed.dtype)  # T x B x n
-        static = self.static_alpha[:, 0].to(normed.dtype)
-        if self.sinkhorn_iterations:
-            a_m = torch.sigmoid(raw * self.alpha_scale[0] + static)
-        else:
-            a_m = torch.tanh(raw) * self.alpha_scale[0] + static
-        return (a_m.unsqueeze(-2) @ x.to(normed.dtype)).squeeze(-2).to(x.dtype)
+        alphas, beta = self.coefficients(x)
+        # T x B x (1 + n) x C: h, then A_r^T H; split, not indexed, so that the backward joins the two in one operator
+        h, carried = (alphas.transpose(-1, -2) @ x.to(alphas.dtype)).split([1, alphas.size(-1) - 1], dim=-2)
+        self.pending = (carried, beta)
+        return h.squeeze(-2).to(x.dtype)
 
     def forward(self, x: Tensor, f: Tensor, layer_input: Tensor) -> Tensor:
         """H_new[t] = B[t] * f + sum_s A_r[s, t] * H[s], T x B x n x C."""
-        normed = self.norm(x)
-        dtype = normed.dtype
-        raw_alpha = normed @ self.dynamic_alpha[:, 1:].to(dtype)  # T x B x n x n: row s, stream s's coefficients
-        raw_beta = normed @ self.dynamic_beta.to(dtype)  # T x B x n
-        static_alpha, static_beta = self.static_alpha[:, 1:].to(dtype), self.static_beta.to(dtype)
-        if self.sinkhorn_iterations:
-            a_r = sinkhorn(raw_alpha * self.alpha_scale[-1] + static_alpha, self.sinkhorn_iterations)
-            beta = 2 * torch.sigmoid(raw_beta * self.beta_scale + static_beta)
-        else:
-            a_r = torch.tanh(raw_alpha) * self.alpha_scale[-1] + static_alpha
-            beta = torch.tanh(raw_beta) * self.beta_scale + static_beta
-        carried = a_r.transpose(-1, -2) @ x.to(dtype)
-        return (beta.unsqueeze(-1) * f.unsqueeze(-2).to(dtype) + carried).to(x.dtype)
+        pending = self.pending
+        assert pending is not None, "a hyper-connection's forward follows its branch_input"
+        carried, beta = pending
+        self.pending = None
+        return self.sum(carried, f.unsqueeze(-2).to(carried.dtype), beta.unsqueeze(-1)).to(x.dtype)
+
+    def sum(self, addend: Tensor, scaled: Tensor, scale: Tensor) -> Tensor:
+        """``addend + scale * scaled``, broadcast."""
+        if torch.jit.is_scripting():  # TorchScript runs no autograd Function
+            return torch.addcmul(addend, scaled, scale)
+        return ScaledResidualSum.apply(addend, scaled, scale)
 
     def extra_repr(self) -> str:
         return f"streams={self.static_beta.numel()}, sinkhorn_iterations={self.sinkhorn_iterations}"
