@@ -124,12 +124,14 @@ def test_the_choosing_page_is_written_from_the_committed_cells(tmp_path):
     assert written.read_text() == (REPO / "docs" / "choosing.md").read_text()
 
 
-def test_the_authors_init_table_is_written_from_its_cells(tmp_path):
-    """Section 5.8's table and compare.md: the script rewrites both byte for byte from the committed cells."""
+@pytest.mark.parametrize("variant", ["authors_init", "authors_schedule"])
+def test_a_variants_table_is_written_from_its_cells(tmp_path, variant):
+    """Sections 5.8's and 5.9's tables and their compare.md: each script rewrites both byte for byte from the
+    committed cells."""
     shutil.copytree(REPO / "docs" / "depth_study", tmp_path / "docs" / "depth_study")
-    script = tmp_path / "docs" / "depth_study" / "variants" / "authors_init" / "compare.py"
+    script = tmp_path / "docs" / "depth_study" / "variants" / variant / "compare.py"
     subprocess.run([sys.executable, str(script)], cwd=tmp_path, check=True, capture_output=True)
-    for page in ("README.md", "variants/authors_init/compare.md"):
+    for page in ("README.md", f"variants/{variant}/compare.md"):
         assert (tmp_path / "docs" / "depth_study" / page).read_text() == (REPO / "docs" / "depth_study" / page).read_text()
 
 
