@@ -149,6 +149,11 @@ def test_the_readme_block_and_the_reports_budget_bound_cells_are_written_from_th
     lines = choosing.budget_bound_lines(REPO / "docs" / "depth_study" / "extended", groups, study.STUDY.max_update)
     assert choosing.splice(report, choosing.BUDGET_BOUND_START, lines) == report
     assert choosing.rewrite_seed_tables(report, groups) == report
+    from deepnmt_plugin.bench.from_cells import committed_results
+
+    seed_one = choosing.seed_one_table(committed_results(REPO / "docs" / "depth_study" / "cells"))
+    assert choosing.splice(report, choosing.SEED_ONE_START, seed_one) == report  # section 3's table
+    assert "| deepnorm | 14.96 | 16.72 | 112 | 3.57 | 24 | 0.35 | 2 | 0.00 |" in seed_one  # 500L: the checkpointed cell
     assert len(choosing.SEED_TABLE_START.findall(report)) == 3  # the 2024–2026 recipes' tables
     assert "preln 18L-18L (at update 4,000)" in " ".join(lines)  # 16.10 >= 0.9 x its 6L seed's 14.91; 11.24 is not
 

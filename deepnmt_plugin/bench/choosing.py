@@ -106,6 +106,7 @@ README_START = "<!-- depth-study block: written by python -m deepnmt_plugin.benc
 BUDGET_BOUND_START = "<!-- budget-bound cells: written by python -m deepnmt_plugin.bench.from_cells -->"
 #: the report's per-seed tables: the start line names the table's recipes, then (after "beside") the ones to compare,
 #: in row order; the columns are the shapes the recipes ran
+SEED_ONE_START = "<!-- seed-1 table: written by python -m deepnmt_plugin.bench.from_cells -->"
 SEED_TABLE_START = re.compile(r"<!-- seeds of ([a-z_ ]+) beside ([a-z_ ]+): written by python -m "
                               r"deepnmt_plugin.bench.from_cells -->")
 END = "<!-- end -->"
@@ -261,6 +262,30 @@ def seed_table(groups: Dict[Tuple[str, int, int], List[dict]], recipes: List[str
                  seed_cell(groups[(method, *shape)], None if shape == (6, 6) else groups.get((method, 6, 6)))
                  for shape in shapes]
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def seed_one_table(results: List[dict]) -> List[str]:
+    """The report's section 3 table: each method's seed-1 test BLEU at 6, 18, 50 and 100 layers a stack, each as % of
+    its 6L-6L, and at 500L-500L (the checkpointed cells); a row per method with a 6L-6L cell, – where a shape has none."""
+    def seed_one(method: str, depth: int, checkpointed: bool = False) -> Optional[dict]:
+        return next((r for r in results if (r["method"], r["encoder_layers"], r["decoder_layers"], r.get("seed", 1),
+                                            r["checkpoint_activations"]) == (method, depth, depth, 1, checkpointed)), None)
+
+    lines = ["| method | 6L-6L | 18L-18L | % | 50L-50L | % | 100L-100L | % | 500L-500L |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for method in METHODS:
+        six = seed_one(method, 6)
+        if six is None:
+            continue
+        row = [method, f"{six['test_bleu']:.2f}"]
+        for depth in (18, 50, 100):
+            deep = seed_one(method, depth)
+            row += (["–", "–"] if deep is None else
+                    [f"{deep['test_bleu']:.2f}", f"{100 * deep['test_bleu'] / six['test_bleu']:.0f}"])
+        deepest = seed_one(method, 500, checkpointed=True)
+        row.append("–" if deepest is None else f"{deepest['test_bleu']:.2f}")
+        lines.append("| " + " | ".join(row) + " |")
     return lines
 
 

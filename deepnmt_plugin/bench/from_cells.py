@@ -11,20 +11,25 @@ from pathlib import Path
 from typing import List
 
 from deepnmt_plugin.bench import study
-from deepnmt_plugin.bench.choosing import (BUDGET_BOUND_START, README_START, budget_bound_lines, readme_block,
-                                           rewrite_seed_tables, shape_name, shapes_of, splice, table_cell,
-                                           write_choosing)
+from deepnmt_plugin.bench.choosing import (BUDGET_BOUND_START, README_START, SEED_ONE_START, budget_bound_lines,
+                                           readme_block, rewrite_seed_tables, seed_one_table, shape_name, shapes_of,
+                                           splice, table_cell, write_choosing)
 
 CELLS = Path("docs/depth_study/cells")
 EXTENDED = Path("docs/depth_study/extended")  # seed-1 cells trained on past the budget
 REPORT = Path("docs/depth_study/README.md")
 
 
+def committed_results(cells: Path = CELLS, preset: study.StudyPreset = study.STUDY) -> List[dict]:
+    """The cells under ``cells`` trained under ``preset``'s budget, the checkpointed ones included."""
+    corpus = json.loads(next(cells.glob("*/result.json")).read_text())["corpus"]
+    return study.kept_results(cells, preset, corpus)
+
+
 def committed_groups(cells: Path = CELLS, preset: study.StudyPreset = study.STUDY) -> dict:
     """The grid cells under ``cells`` trained under ``preset``'s budget, by (method, encoder layers, decoder layers),
     every seed (``over_seeds``)."""
-    corpus = json.loads(next(cells.glob("*/result.json")).read_text())["corpus"]
-    return study.over_seeds(study.kept_results(cells, preset, corpus))
+    return study.over_seeds(committed_results(cells, preset))
 
 
 def beside_the_study(variant: dict, methods, study_label: str, variant_label: str) -> List[str]:
@@ -64,6 +69,7 @@ def main(argv=None) -> None:
     args.readme.write_text(splice(args.readme.read_text(), README_START, readme_block(groups, study.STUDY)))
     report = splice(args.report.read_text(), BUDGET_BOUND_START,
                     budget_bound_lines(args.extended, groups, study.STUDY.max_update))
+    report = splice(report, SEED_ONE_START, seed_one_table(committed_results(args.cells)))
     args.report.write_text(rewrite_seed_tables(report, groups))
     print(f"wrote {args.choosing}, the depth-study block of {args.readme} and the budget-bound cells and per-seed "
           f"tables of {args.report}")
