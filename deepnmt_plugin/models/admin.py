@@ -28,7 +28,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from deepnmt_plugin.models.legacy_init import add_linear_init_flag, apply_linear_init, chosen_linear_init
-from deepnmt_plugin.models.method import DeepMethod, Residual, ScaledResidualSum, all_layers, register_method
+from deepnmt_plugin.models.method import DeepMethod, Residual, all_layers, register_method, scaled_residual_sum
 
 OMEGA_UNSET = (
     "transformer_admin trains with --task translation_deep, which sets omega before the first update; "
@@ -45,9 +45,7 @@ class AdminResidual(Residual):
         self.omega = nn.Parameter(torch.ones(embed_dim))
 
     def forward(self, x: Tensor, f: Tensor, layer_input: Tensor) -> Tensor:
-        if torch.jit.is_scripting():  # TorchScript runs no autograd Function; a scripted model generates
-            return torch.addcmul(f, x, self.omega)
-        return ScaledResidualSum.apply(f, x, self.omega)
+        return scaled_residual_sum(f, x, self.omega)
 
 
 def global_variance(t: Tensor) -> float:

@@ -32,8 +32,8 @@ import torch.nn.functional as F
 from fairseq.modules import LayerNorm
 from torch import Tensor
 
-from deepnmt_plugin.models.method import (DeepMethod, Residual, ScaledResidualSum, StackConnection, refuse_below_one,
-                                          register_method)
+from deepnmt_plugin.models.method import (DeepMethod, Residual, StackConnection, refuse_below_one, register_method,
+                                          scaled_residual_sum)
 
 DYNAMIC_SCALE = 0.01  # s_a, s_b (the paper's and the package's init)
 
@@ -95,7 +95,7 @@ class HyperConnection(Residual):
             beta = 2 * torch.sigmoid(raw[..., -1] * self.beta_scale + static[:, -1])
             return torch.cat((a_m, a_r), dim=-1), beta
         scale = torch.cat((self.alpha_scale.expand(static.size(-1) - 1), self.beta_scale.unsqueeze(0))).to(dtype)
-        alphas, beta = self.sum(static, torch.tanh(raw), scale).split([static.size(-1) - 1, 1], dim=-1)
+        alphas, beta = scaled_residual_sum(static, torch.tanh(raw), scale).split([static.size(-1) - 1, 1], dim=-1)
         return alphas, beta.squeeze(-1)
 
     def branch_input(self, x: Tensor) -> Tensor:
@@ -112,13 +112,7 @@ class HyperConnection(Residual):
         assert pending is not None, "a hyper-connection's forward follows its branch_input"
         carried, beta = pending
         self.pending = None
-        return self.sum(carried, f.unsqueeze(-2).to(carried.dtype), beta.unsqueeze(-1)).to(x.dtype)
-
-    def sum(self, addend: Tensor, scaled: Tensor, scale: Tensor) -> Tensor:
-        """``addend + scale * scaled``, broadcast."""
-        if torch.jit.is_scripting():  # TorchScript runs no autograd Function
-            return torch.addcmul(addend, scaled, scale)
-        return ScaledResidualSum.apply(addend, scaled, scale)
+        return scaled_residual_sum(carried, f.unsqueeze(-2).to(carried.dtype), beta.unsqueeze(-1)).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"streams={self.static_beta.numel()}, sinkhorn_iterations={self.sinkhorn_iterations}"

@@ -89,6 +89,14 @@ class ScaledResidualSum(torch.autograd.Function):
         return grad, grad_scaled, grad_scale
 
 
+def scaled_residual_sum(addend: Tensor, scaled: Tensor, scale: Tensor) -> Tensor:
+    """``addend + scale * scaled`` through ``ScaledResidualSum``; under TorchScript, which runs no autograd Function
+    (a scripted model generates), through ``addcmul``."""
+    if torch.jit.is_scripting():
+        return torch.addcmul(addend, scaled, scale)
+    return ScaledResidualSum.apply(addend, scaled, scale)
+
+
 class AdoptedLinear(nn.Linear):
     """A projection that takes over a built ``nn.Linear``'s parameters under their names (``q_proj.weight``), for a
     recipe that changes how the projection computes; subclasses set its ``forward``."""

@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from deepnmt_plugin.models.method import DeepMethod, Residual, ScaledResidualSum, register_method
+from deepnmt_plugin.models.method import DeepMethod, Residual, register_method, scaled_residual_sum
 
 
 class ReZeroResidual(Residual):
@@ -23,9 +23,7 @@ class ReZeroResidual(Residual):
         self.alpha = alpha
 
     def forward(self, x: Tensor, f: Tensor, layer_input: Tensor) -> Tensor:
-        if torch.jit.is_scripting():  # TorchScript runs no autograd Function
-            return x + self.alpha * f
-        return ScaledResidualSum.apply(x, f, self.alpha)
+        return scaled_residual_sum(x, f, self.alpha)
 
 
 @register_method
