@@ -55,6 +55,17 @@ def beside_the_study(variant: dict, methods, study_label: str, variant_label: st
     return lines
 
 
+def write_variant_table(folder: Path, methods, study_label: str, variant_label: str,
+                        preset: study.StudyPreset = study.STUDY) -> None:
+    """A variant folder's table (``beside_the_study``) into its ``compare.md`` and into the report between the
+    folder's marker, ``<!-- <folder name> table: written by python <folder>/compare.py -->``, and the next end."""
+    lines = beside_the_study(committed_groups(folder, preset), methods, study_label, variant_label)
+    (folder / "compare.md").write_text("\n".join(lines) + "\n")
+    start = f"<!-- {folder.name} table: written by python docs/depth_study/variants/{folder.name}/compare.py -->"
+    REPORT.write_text(splice(REPORT.read_text(), start, lines))
+    print(f"wrote {folder / 'compare.md'} and its table in {REPORT}")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cells", type=Path, default=CELLS)
