@@ -170,10 +170,17 @@ def test_a_connection_computes_the_papers_values_and_gradients(sinkhorn_iteratio
     streams = torch.randn(3, 2, STREAMS, 8, dtype=dtype, requires_grad=True)
     branch = torch.randn(3, 2, 8, dtype=dtype, requires_grad=True)
     weights = [torch.randn(3, 2, 8, dtype=dtype), torch.randn(3, 2, STREAMS, 8, dtype=dtype)]
+
+    def ours_computed():
+        h = ours.branch_input(streams)
+        return h, ours(streams, torch.tanh(h) * branch, streams)  # the branch output depends on h, as a sublayer's
+
+    def paper_computed():
+        h, _ = paper_connection(ours, streams, branch)
+        return h, paper_connection(ours, streams, torch.tanh(h) * branch)[1]
+
     results = []
-    for compute in (lambda: (lambda h: (h, ours(streams, torch.tanh(h) * branch, streams)))(ours.branch_input(streams)),
-                    lambda: (lambda h, _: (h, paper_connection(ours, streams, torch.tanh(h) * branch)[1]))(
-                        *paper_connection(ours, streams, branch))):
+    for compute in (ours_computed, paper_computed):
         outputs = compute()
         inputs = [streams, branch, *ours.parameters()]
         grads = torch.autograd.grad(sum((o * w).sum() for o, w in zip(outputs, weights)), inputs)
