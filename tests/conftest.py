@@ -18,6 +18,7 @@ import deepnmt_plugin  # noqa: E402,F401  (registers the plugin, as --user-dir d
 import torch  # noqa: E402
 from corpus import write_corpus  # noqa: E402
 from forked_cli import ForkServer  # noqa: E402
+from time_budget import pytest_runtest_logreport, pytest_terminal_summary  # noqa: E402,F401  (pytest hooks)
 from xdist_scheduling import pytest_xdist_make_scheduler  # noqa: E402,F401  (a pytest hook)
 
 MAX_WORKERS = 4

@@ -27,8 +27,9 @@ import tempfile
 import threading
 from pathlib import Path
 
-PRELOADED = ("torch", "fairseq", "fairseq.checkpoint_utils", "fairseq.criterions", "fairseq.models", "fairseq.options",
-             "fairseq.sequence_generator", "fairseq.tasks", "fairseq.trainer")
+# torch._dynamo too: torch.optim.Optimizer imports it on first use, about a CPU-second in every fairseq-train
+PRELOADED = ("torch", "torch._dynamo", "fairseq", "fairseq.checkpoint_utils", "fairseq.criterions", "fairseq.models",
+             "fairseq.options", "fairseq.sequence_generator", "fairseq.tasks", "fairseq.trainer")
 
 
 def serve(connection: socket.socket) -> None:

@@ -57,7 +57,7 @@ def tables(toy_data, tmp_path_factory):
     port = free_port()
     nodes = [drive(root / "two_nodes", "--nnodes", "2", "--node-rank", str(rank), "--master-addr", "127.0.0.1",
                    "--master-port", str(port)) for rank in (0, 1)]
-    single = drive(root / "one_process")
+    single = drive(root / "one_process", "--methods", "deepnorm")  # the method compared with two nodes (below)
     outputs = [process.communicate(timeout=600)[0] for process in (*nodes, single)]
     for process, output in zip((*nodes, single), outputs):
         assert process.returncode == 0, output[-4000:]

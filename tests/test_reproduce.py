@@ -4,6 +4,7 @@ import contextlib
 import csv
 import io
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -28,10 +29,22 @@ def dry_run(config, *flags):
 
 
 @pytest.mark.parametrize("config", list(SCRIPTS))
-def test_each_table_has_a_script(config):
-    result = subprocess.run(["bash", str(SCRIPTS[config]), "--data", "DATA", "--dry-run", "--gpus", "2"],
-                            capture_output=True, text=True, check=True)
-    assert result.stdout == dry_run(config, "--gpus", "2")
+def test_each_table_has_a_script(config, tmp_path):
+    """Each script runs the driver on its table: the ``python`` it execs is a stand-in that records its PYTHONPATH
+    and arguments, which then run in this process (a fresh Python per script would import torch fourteen times;
+    test_reliability_pipeline.py runs a script through a real one)."""
+    stand_in, record = tmp_path / "bin" / "python", tmp_path / "argv"
+    stand_in.parent.mkdir()
+    stand_in.write_text(f"#!/bin/sh\nprintf '%s\\0' \"$PYTHONPATH\" \"$@\" > {record}\n")
+    stand_in.chmod(0o755)
+    subprocess.run(["bash", str(SCRIPTS[config]), "--data", "DATA", "--dry-run", "--gpus", "2"], check=True,
+                   env=dict(os.environ, PATH=f"{stand_in.parent}{os.pathsep}{os.environ['PATH']}"))
+    python_path, *argv = record.read_text().split("\0")[:-1]
+    assert python_path.split(os.pathsep)[0] == str(REPO) and argv[:2] == ["-m", "deepnmt_plugin.reproduce"]
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        assert reproduce.main(argv[2:]) == 0
+    assert output.getvalue() == dry_run(config, "--gpus", "2")
 
 
 @pytest.mark.parametrize("config", list(SCRIPTS))
