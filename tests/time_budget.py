@@ -1,5 +1,5 @@
 """Where the suite's time goes, printed at the end of every run (conftest.py imports the hooks): the test time of each
-module, summed over setup, call and teardown, against the share of the README's budget that the module may take, and
+module, summed over setup, call and teardown, with the suite's total against the README's budget, and
 every quick test (not marked ``slow``) that took longer than a quick test should. The README's test command must keep
 within SUITE_BUDGET_S on 2 cores; printing where the time goes keeps each new test's cost in sight."""
 
