@@ -441,12 +441,13 @@ def test_schedule_authors_trains_under_the_authors_optimiser_and_cosine_schedule
     planned = {}
     monkeypatch.setattr(study, "run", lambda args, preset, threads: planned.update(preset=preset) or 0)
     assert depth.main(["--data", str(toy_data), "--preset", "study", "--schedule", "authors", "--methods",
-                       "hybridnorm", "mixln", "--depths", "18"]) == 0
+                       "hybridnorm", "mixln", "dyt", "--depths", "18"]) == 0
     preset = planned["preset"]
     assert preset.schedule == "authors" and study.budget(preset)["schedule"] == "authors"
     assert "schedule" not in study.budget(study.STUDY)  # the study's records, written before, stay comparable
     for method, betas, decay, clip, peak, warmup in (("hybridnorm", (0.9, 0.95), 0.1, 1.0, 3e-4, 17),
-                                                      ("mixln", (0.9, 0.999), 0.0, 0.0, 1e-3, 200)):
+                                                      ("mixln", (0.9, 0.999), 0.0, 0.0, 1e-3, 200),
+                                                      ("dyt", (0.9, 0.95), 0.1, 1.0, 3e-4, 4)):
         command = study.train_command(str(toy_data), study.Cell(method, 18, 18), preset, tmp_path, cpu=True)
         parsed = options.parse_args_and_arch(options.get_training_parser(), command[3:])
         cfg = convert_namespace_to_omegaconf(parsed)
@@ -459,7 +460,7 @@ def test_schedule_authors_trains_under_the_authors_optimiser_and_cosine_schedule
         assert lrs[warmup // 2] == pytest.approx(peak * (warmup // 2) / warmup)
         assert lrs[-1] == pytest.approx(0.1 * peak, rel=1e-3)  # the cosine ends at the authors' floor
     for argv, line in ((["--methods", "preln", "mixln"], r"^deepnmt: error: --schedule authors has no schedule for "
-                                                         r"preln \(only for mixln, lns, hybridnorm\)$"),
+                                                         r"preln \(only for mixln, lns, hybridnorm, dyt\)$"),
                        (["--methods", "mixln", "--lr", "1e-3"], r"^deepnmt: error: --lr contradicts --schedule authors"),
                        (["--micro", "--methods", "mixln"], r"^deepnmt: error: --schedule authors is the study's")):
         preset_flags = [] if "--micro" in argv else ["--preset", "study"]

@@ -40,6 +40,14 @@ SCHEDULES = {
     "hybridnorm": AuthorsSchedule(
         source="BryceZhuo/HybridNorm dense_model/configs/exps/1.2B-dense-HybriedNorm.yaml", lr=3e-4,
         warmup_fraction=8_388_608_000 / 1e12, min_lr_ratio=0.1, betas=(0.9, 0.95), weight_decay=0.1, clip_norm=1.0),
+    # DyT's LLaMA 7B run (its README's command, lr 3e-4; the only sequence model its authors trained): AdamW (0.9,
+    # 0.95), weight decay 0.1, grad_clip_thresh 1.0; warmup min(2,000, num_steps // 20) of num_steps 1,000,000 (the
+    # config's default, which the command keeps), then a cosine to 0.1 of the peak. Their warmup rises as
+    # 1 - (1 - t)^2 where fairseq's is linear: over the 4 updates it scales to, at most a quarter of the peak apart.
+    # alpha_0 stays the arch's (0.5, the paper's for non-LLMs): the command's 0.8 / 0.2 are for width 4,096.
+    "dyt": AuthorsSchedule(
+        source="jiachenzhu/DyT other_tasks/LLaMA main_training_llama.py, fms_fsdp/config/training.py", lr=3e-4,
+        warmup_fraction=2_000 / 1_000_000, min_lr_ratio=0.1, betas=(0.9, 0.95), weight_decay=0.1, clip_norm=1.0),
 }
 
 
