@@ -125,7 +125,7 @@ def test_the_choosing_page_is_written_from_the_committed_cells(tmp_path):
     assert written.read_text() == (REPO / "docs" / "choosing.md").read_text()
 
 
-@pytest.mark.parametrize("variant", ["authors_init", "authors_schedule"])
+@pytest.mark.parametrize("variant", ["fairseq_init", "authors_schedule"])
 def test_a_variants_table_is_written_from_its_cells(tmp_path, monkeypatch, capsys, variant):
     """Sections 5.8's and 5.9's tables and their compare.md: each script rewrites both byte for byte from the
     committed cells (run as ``python <script>`` from a copy of the repository's root, in this process)."""
@@ -147,7 +147,7 @@ def test_the_readme_block_and_the_reports_budget_bound_cells_are_written_from_th
     groups = committed_groups(REPO / "docs" / "depth_study" / "cells")
     readme = (REPO / "README.md").read_text()
     assert choosing.splice(readme, choosing.README_START, choosing.readme_block(groups, study.STUDY)) == readme
-    assert "| dlcl | 17.73 ± 0.52 |" in readme  # the cells as the report quotes them
+    assert "| dlcl | 17.12 ± 1.11 |" in readme  # the cells (its authors' init) as the report quotes them
     report = (REPO / "docs" / "depth_study" / "README.md").read_text()
     lines = choosing.budget_bound_lines(REPO / "docs" / "depth_study" / "extended", groups, study.STUDY.max_update)
     assert choosing.splice(report, choosing.BUDGET_BOUND_START, lines) == report
@@ -157,7 +157,13 @@ def test_the_readme_block_and_the_reports_budget_bound_cells_are_written_from_th
     seed_one = choosing.seed_one_table(committed_results(REPO / "docs" / "depth_study" / "cells"))
     assert choosing.splice(report, choosing.SEED_ONE_START, seed_one) == report  # section 3's table
     assert "| deepnorm | 14.96 | 16.72 | 112 | 3.57 | 24 | 0.35 | 2 | 0.00 |" in seed_one  # 500L: the checkpointed cell
-    assert len(choosing.SEED_TABLE_START.findall(report)) == 3  # the 2024–2026 recipes' tables
+    # the eleven's three tables (6L/18L, 50L, 12L-3L/50L-6L: their shapes named) and the 2024–2026 recipes' three
+    assert len(choosing.SEED_TABLE_START.findall(report)) == 6
+    assert "| method | 6L-6L seeds 1 / 2 / 3 | 18L-18L seeds 1 / 2 / 3 |\n" in report
+    results = committed_results(REPO / "docs" / "depth_study" / "cells")
+    assert choosing.rewrite_seed_one_values(report, results) == report  # section 3's valid-loss and peak-RSS tables
+    assert len(choosing.SEED_ONE_VALUES_START.findall(report)) == 2
+    assert "| deepnorm | 5.267 | 5.007 | 6.193 | 6.527 | 9.281 |" in report  # 500L: the checkpointed cell
     assert "preln 18L-18L (at update 4,000)" in " ".join(lines)  # 16.10 >= 0.9 x its 6L seed's 14.91; 11.24 is not
 
 

@@ -107,8 +107,14 @@ BUDGET_BOUND_START = "<!-- budget-bound cells: written by python -m deepnmt_plug
 #: the report's per-seed tables: the start line names the table's recipes, then (after "beside") the ones to compare,
 #: in row order; the columns are the shapes the recipes ran
 SEED_ONE_START = "<!-- seed-1 table: written by python -m deepnmt_plugin.bench.from_cells -->"
-SEED_TABLE_START = re.compile(r"<!-- seeds of ([a-z_ ]+) beside ([a-z_ ]+): written by python -m "
-                              r"deepnmt_plugin.bench.from_cells -->")
+#: a per-seed table's marker: its recipes, those beside them and, optionally, its shapes ("at 6L-6L 18L-18L")
+SEED_TABLE_START = re.compile(r"<!-- seeds of ([a-z0-9_ ]+?)(?: beside ([a-z0-9_ ]+?))?(?: at ([0-9L\- ]+))?: "
+                              r"written by python -m deepnmt_plugin.bench.from_cells -->")
+#: a seed-1 value table's marker: the record's key and the methods
+SEED_ONE_VALUES_START = re.compile(r"<!-- seed-1 (valid_loss|peak_rss_gib) of ([a-z0-9_ ]+): written by python -m "
+                                   r"deepnmt_plugin.bench.from_cells -->")
+#: the digits the records keep of each value
+VALUE_DIGITS = {"valid_loss": 3, "peak_rss_gib": 2}
 END = "<!-- end -->"
 #: how a table cell names the seeds that learned no translation: (one seed, several)
 FAILURE_WORDS = {STALLED: ("stalled", "stalled"), IGNORES_SOURCE: ("ignores the source", "ignore the source"),
@@ -250,10 +256,12 @@ def seed_cell(group: List[dict], six_layer: Optional[List[dict]]) -> str:
     return " / ".join(f"{bleu:.2f}" for bleu in bleus(ordered)) + (f" ({'; '.join(notes)})" if notes else "")
 
 
-def seed_table(groups: Dict[Tuple[str, int, int], List[dict]], recipes: List[str], beside: List[str]) -> List[str]:
-    """A row per method, recipes then those beside them; a column per shape any of the recipes ran: the seeds' test
-    BLEU (``seed_cell``)."""
-    shapes = [shape for shape in shapes_of(groups) if any((method, *shape) in groups for method in recipes)]
+def seed_table(groups: Dict[Tuple[str, int, int], List[dict]], recipes: List[str], beside: List[str],
+               shapes: Optional[List[Tuple[int, int]]] = None) -> List[str]:
+    """A row per method, recipes then those beside them; a column per shape of ``shapes`` (by default every shape any
+    of the recipes ran): the seeds' test BLEU (``seed_cell``)."""
+    if shapes is None:
+        shapes = [shape for shape in shapes_of(groups) if any((method, *shape) in groups for method in recipes)]
     methods = recipes + beside
     lines = ["| method | " + " | ".join(f"{shape_name(shape)} seeds 1 / 2 / 3" for shape in shapes) + " |",
              "|---|" + "---|" * len(shapes)]
@@ -265,34 +273,58 @@ def seed_table(groups: Dict[Tuple[str, int, int], List[dict]], recipes: List[str
     return lines
 
 
+def seed_one(results: List[dict], method: str, depth: int, checkpointed: bool = False) -> Optional[dict]:
+    """``method``'s seed-1 cell of ``depth`` layers a stack among ``results``; None where it has none."""
+    return next((r for r in results if (r["method"], r["encoder_layers"], r["decoder_layers"], r.get("seed", 1),
+                                        r["checkpoint_activations"]) == (method, depth, depth, 1, checkpointed)), None)
+
+
 def seed_one_table(results: List[dict]) -> List[str]:
     """The report's section 3 table: each method's seed-1 test BLEU at 6, 18, 50 and 100 layers a stack, each as % of
     its 6L-6L, and at 500L-500L (the checkpointed cells); a row per method with a 6L-6L cell, – where a shape has none."""
-    def seed_one(method: str, depth: int, checkpointed: bool = False) -> Optional[dict]:
-        return next((r for r in results if (r["method"], r["encoder_layers"], r["decoder_layers"], r.get("seed", 1),
-                                            r["checkpoint_activations"]) == (method, depth, depth, 1, checkpointed)), None)
-
     lines = ["| method | 6L-6L | 18L-18L | % | 50L-50L | % | 100L-100L | % | 500L-500L |",
              "|---|---|---|---|---|---|---|---|---|"]
     for method in METHODS:
-        six = seed_one(method, 6)
+        six = seed_one(results, method, 6)
         if six is None:
             continue
         row = [method, f"{six['test_bleu']:.2f}"]
         for depth in (18, 50, 100):
-            deep = seed_one(method, depth)
+            deep = seed_one(results, method, depth)
             row += (["–", "–"] if deep is None else
                     [f"{deep['test_bleu']:.2f}", f"{100 * deep['test_bleu'] / six['test_bleu']:.0f}"])
-        deepest = seed_one(method, 500, checkpointed=True)
+        deepest = seed_one(results, method, 500, checkpointed=True)
         row.append("–" if deepest is None else f"{deepest['test_bleu']:.2f}")
         lines.append("| " + " | ".join(row) + " |")
     return lines
 
 
+def seed_one_values(results: List[dict], key: str, methods: List[str]) -> List[str]:
+    """A row per method of ``methods``: its seed-1 cells' ``key`` (``valid_loss`` or ``peak_rss_gib``, as the records
+    round it) at 6, 18, 50, 100 and 500 (checkpointed) layers a stack, – where a shape has none."""
+    lines = ["| method | 6L-6L | 18L-18L | 50L-50L | 100L-100L | 500L-500L |", "|---|---|---|---|---|---|"]
+    digits = VALUE_DIGITS[key]
+    for method in methods:
+        cells = [seed_one(results, method, depth, checkpointed=depth == 500) for depth in (6, 18, 50, 100, 500)]
+        lines.append(f"| {method} | " + " | ".join("–" if cell is None else f"{cell[key]:.{digits}f}" for cell in cells)
+                     + " |")
+    return lines
+
+
+def rewrite_seed_one_values(text: str, results: List[dict]) -> str:
+    """``text`` with every seed-1 value table (between a SEED_ONE_VALUES_START line and END) written from ``results``."""
+    for start in SEED_ONE_VALUES_START.finditer(text):
+        text = splice(text, start.group(0), seed_one_values(results, start.group(1), start.group(2).split()))
+    return text
+
+
 def rewrite_seed_tables(text: str, groups: Dict[Tuple[str, int, int], List[dict]]) -> str:
     """``text`` with every per-seed table (between a SEED_TABLE_START line and END) written from ``groups``."""
     for start in SEED_TABLE_START.finditer(text):
-        text = splice(text, start.group(0), seed_table(groups, start.group(1).split(), start.group(2).split()))
+        recipes, beside, shapes = start.groups()
+        text = splice(text, start.group(0), seed_table(
+            groups, recipes.split(), (beside or "").split(),
+            None if shapes is None else [tuple(int(n) for n in name.replace("L", "").split("-")) for name in shapes.split()]))
     return text
 
 

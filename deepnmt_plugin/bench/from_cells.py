@@ -1,5 +1,5 @@
-"""Rewrite ``docs/choosing.md``, the README's depth-study block and the report's budget-bound cells and per-seed
-tables from the committed records (``bench/choosing.py``).
+"""Rewrite ``docs/choosing.md``, the README's depth-study block and the report's budget-bound cells, per-seed tables
+and seed-1 value tables from the committed records (``bench/choosing.py``).
 
     python -m deepnmt_plugin.bench.from_cells
 """
@@ -12,8 +12,8 @@ from typing import List
 
 from deepnmt_plugin.bench import study
 from deepnmt_plugin.bench.choosing import (BUDGET_BOUND_START, README_START, SEED_ONE_START, budget_bound_lines,
-                                           readme_block, rewrite_seed_tables, seed_one_table, shape_name, shapes_of,
-                                           splice, table_cell, write_choosing)
+                                           readme_block, rewrite_seed_one_values, rewrite_seed_tables, seed_one_table,
+                                           shape_name, shapes_of, splice, table_cell, write_choosing)
 
 CELLS = Path("docs/depth_study/cells")
 EXTENDED = Path("docs/depth_study/extended")  # seed-1 cells trained on past the budget
@@ -80,10 +80,11 @@ def main(argv=None) -> None:
     args.readme.write_text(splice(args.readme.read_text(), README_START, readme_block(groups, study.STUDY)))
     report = splice(args.report.read_text(), BUDGET_BOUND_START,
                     budget_bound_lines(args.extended, groups, study.STUDY.max_update))
-    report = splice(report, SEED_ONE_START, seed_one_table(committed_results(args.cells)))
+    results = committed_results(args.cells)
+    report = rewrite_seed_one_values(splice(report, SEED_ONE_START, seed_one_table(results)), results)
     args.report.write_text(rewrite_seed_tables(report, groups))
-    print(f"wrote {args.choosing}, the depth-study block of {args.readme} and the budget-bound cells and per-seed "
-          f"tables of {args.report}")
+    print(f"wrote {args.choosing}, the depth-study block of {args.readme} and the budget-bound cells, per-seed "
+          f"tables and seed-1 value tables of {args.report}")
 
 
 if __name__ == "__main__":
