@@ -798,3 +798,18 @@ def test_memory_bench_reports_each_archs_step_peak_against_the_first(toy_data, t
     rows = list(csv.DictReader(records.open()))
     assert [row["arch"] for row in rows] == ["transformer_preln", "transformer_dlcl"]
     assert all(float(row["step_peak_mib"]) >= 0 for row in rows) and rows[0]["ratio"] in ("1.0", "")
+
+
+def test_memory_bench_measures_admin_and_names_a_failed_worker_in_one_line(toy_data, monkeypatch):
+    """Admin's step runs with omega set as the throughput tool sets it (it refuses to train with omega unset), and a
+    worker that fails ends the run with one line naming the arch and the worker's own error."""
+    from deepnmt_plugin.bench import memory
+    from deepnmt_plugin.reproduce import data_bin
+
+    row = memory.one_step(data_bin(str(toy_data)), "transformer_admin", 1, "tiny", 64)
+    assert row["arch"] == "transformer_admin" and row["step_peak_mib"] >= 0
+    failed = subprocess.CompletedProcess([], 1, stdout="", stderr="Traceback ...\nRuntimeError: out of memory\n")
+    monkeypatch.setattr(memory.subprocess, "run", lambda *args, **kwargs: failed)
+    with pytest.raises(SystemExit, match=r"^deepnmt: error: transformer_dlcl's step failed in its worker: "
+                                         r"RuntimeError: out of memory$"):
+        memory.main(["--data", str(toy_data), "--archs", "transformer_dlcl"])

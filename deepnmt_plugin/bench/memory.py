@@ -16,6 +16,7 @@ import sys
 from typing import List
 
 from deepnmt_plugin.bench.throughput import DIMS
+from deepnmt_plugin.models.admin import set_analytic_omega
 from deepnmt_plugin.reproduce import USER_DIR, data_bin
 
 ARCHS = ["transformer_preln", "transformer_dlcl", "transformer_denseformer", "transformer_hyper"]
@@ -41,6 +42,9 @@ def one_step(data: str, arch: str, layers: int, dims: str, tokens: int) -> dict:
         *[str(x) for pair in zip(flags, values) for x in pair]])
     task = tasks.setup_task(args)
     model = task.build_model(args)
+    if hasattr(model, "admin_initialized"):  # Admin: omega set without data, as the throughput tool does
+        set_analytic_omega(model)
+        model.admin_initialized.fill_(True)
     torch.manual_seed(0)
     side = int(tokens**0.5)  # side x side tokens a side of the batch
     vocabulary = len(task.source_dictionary)
@@ -57,7 +61,10 @@ def measure(args) -> List[dict]:
     for arch in args.archs:
         result = subprocess.run([sys.executable, "-m", "deepnmt_plugin.bench.memory", "--worker", "--data", args.data,
                                  "--archs", arch, "--layers", str(args.layers), "--dims", args.dims,
-                                 "--tokens", str(args.tokens)], capture_output=True, text=True, check=True)
+                                 "--tokens", str(args.tokens)], capture_output=True, text=True)
+        if result.returncode:  # the worker's own last line (its exception), not a traceback of this process
+            reason = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise SystemExit(f"deepnmt: error: {arch}'s step failed in its worker: {reason}")
         rows.append(json.loads(result.stdout.strip().splitlines()[-1]))
         print(f"{arch}: {rows[-1]['step_peak_mib']} MiB", file=sys.stderr, flush=True)
     for row in rows:
