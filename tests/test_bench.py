@@ -801,8 +801,9 @@ def test_memory_bench_reports_each_archs_step_peak_against_the_first(toy_data, t
 
 
 def test_memory_bench_measures_admin_and_names_a_failed_worker_in_one_line(toy_data, monkeypatch):
-    """Admin's step runs with omega set as the throughput tool sets it (it refuses to train with omega unset), and a
-    worker that fails ends the run with one line naming the arch and the worker's own error."""
+    """Admin's step runs with omega set as the throughput tool sets it (it refuses to train with omega unset); a worker
+    that fails ends the run with one line naming the arch and the worker's own error, and a bad flag or an unknown arch
+    is refused in one line before any worker starts."""
     from deepnmt_plugin.bench import memory
     from deepnmt_plugin.reproduce import data_bin
 
@@ -813,3 +814,9 @@ def test_memory_bench_measures_admin_and_names_a_failed_worker_in_one_line(toy_d
     with pytest.raises(SystemExit, match=r"^deepnmt: error: transformer_dlcl's step failed in its worker: "
                                          r"RuntimeError: out of memory$"):
         memory.main(["--data", str(toy_data), "--archs", "transformer_dlcl"])
+    for argv, line in ((["--layers", "0"], r"argument --layers: 0: must be at least 1"),
+                       (["--tokens", "-4"], r"argument --tokens: -4: must be at least 1"),
+                       (["--archs", "transformer_preln", "transformer_nope"],
+                        r"--archs: transformer_nope: not an arch of fairseq or the plugin")):
+        with pytest.raises(SystemExit, match=rf"^deepnmt: error: {line}$"):
+            memory.main(["--data", str(toy_data), *argv])

@@ -17,7 +17,7 @@ from typing import List
 
 from deepnmt_plugin.bench.throughput import DIMS
 from deepnmt_plugin.models.admin import set_analytic_omega
-from deepnmt_plugin.reproduce import USER_DIR, data_bin
+from deepnmt_plugin.reproduce import USER_DIR, OneLineParser, data_bin
 
 ARCHS = ["transformer_preln", "transformer_dlcl", "transformer_denseformer", "transformer_hyper"]
 
@@ -56,6 +56,21 @@ def one_step(data: str, arch: str, layers: int, dims: str, tokens: int) -> dict:
             "step_peak_mib": round(peak_mib() - built, 1)}
 
 
+def at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be at least 1")
+    return value
+
+
+def unknown_archs(archs: List[str]) -> List[str]:
+    """The names among ``archs`` that neither fairseq nor the plugin registers."""
+    import deepnmt_plugin  # noqa: F401  (registers the plugin's archs)
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    return [arch for arch in archs if arch not in ARCH_MODEL_REGISTRY]
+
+
 def measure(args) -> List[dict]:
     rows = []
     for arch in args.archs:
@@ -63,7 +78,7 @@ def measure(args) -> List[dict]:
                                  "--archs", arch, "--layers", str(args.layers), "--dims", args.dims,
                                  "--tokens", str(args.tokens)], capture_output=True, text=True)
         if result.returncode:  # the worker's own last line (its exception), not a traceback of this process
-            reason = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            reason = (result.stderr.strip().splitlines() or ["no output"])[-1].removeprefix("deepnmt: error: ")
             raise SystemExit(f"deepnmt: error: {arch}'s step failed in its worker: {reason}")
         rows.append(json.loads(result.stdout.strip().splitlines()[-1]))
         print(f"{arch}: {rows[-1]['step_peak_mib']} MiB", file=sys.stderr, flush=True)
@@ -73,12 +88,12 @@ def measure(args) -> List[dict]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m deepnmt_plugin.bench.memory", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser("python -m deepnmt_plugin.bench.memory", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, help="a data-prep output (holding data-bin/) or a data-bin folder")
     parser.add_argument("--archs", nargs="+", default=ARCHS, help="the first is the reference (default: Pre-LN)")
-    parser.add_argument("--layers", type=int, default=50, help="encoder and decoder layers (default 50)")
+    parser.add_argument("--layers", type=at_least_one, default=50, help="encoder and decoder layers (default 50)")
     parser.add_argument("--dims", choices=list(DIMS), default="tiny", help="embed-ffn-heads (default tiny: the study's)")
-    parser.add_argument("--tokens", type=int, default=1024, help="tokens a side of the batch (default 1024)")
+    parser.add_argument("--tokens", type=at_least_one, default=1024, help="tokens a side of the batch (default 1024)")
     parser.add_argument("--csv", help="also write the rows here")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -86,6 +101,8 @@ def main(argv=None) -> int:
     if args.worker:
         print(json.dumps(one_step(data, args.archs[0], args.layers, args.dims, args.tokens)))
         return 0
+    if unknown := unknown_archs(args.archs):
+        parser.error(f"--archs: {', '.join(unknown)}: not an arch of fairseq or the plugin")
     args.data = data
     rows = measure(args)
     print(f"| arch | layers | step peak above the built model (MiB) | vs {rows[0]['arch']} |\n|---|---|---|---|")
