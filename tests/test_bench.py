@@ -814,9 +814,25 @@ def test_memory_bench_measures_admin_and_names_a_failed_worker_in_one_line(toy_d
     with pytest.raises(SystemExit, match=r"^deepnmt: error: transformer_dlcl's step failed in its worker: "
                                          r"RuntimeError: out of memory$"):
         memory.main(["--data", str(toy_data), "--archs", "transformer_dlcl"])
-    for argv, line in ((["--layers", "0"], r"argument --layers: 0: must be at least 1"),
-                       (["--tokens", "-4"], r"argument --tokens: -4: must be at least 1"),
+    for argv, line in ((["--layers", "0"], r"argument --layers: expected a whole number >= 1, got '0'"),
+                       (["--tokens", "-4"], r"argument --tokens: expected a whole number >= 1, got '-4'"),
                        (["--archs", "transformer_preln", "transformer_nope"],
                         r"--archs: transformer_nope: not an arch of fairseq or the plugin")):
         with pytest.raises(SystemExit, match=rf"^deepnmt: error: {line}$"):
             memory.main(["--data", str(toy_data), *argv])
+
+
+def test_throughput_refuses_bad_counts_and_unknown_archs_in_one_line():
+    """--rounds or --updates 0 divided by zero after every arch was built, and an unknown arch printed fairseq's usage
+    with its whole arch list; each is refused in one line before anything is built."""
+    from deepnmt_plugin.bench import throughput
+
+    for argv, line in ((["--rounds", "0"], r"argument --rounds: expected a whole number >= 1, got '0'"),
+                       (["--updates", "0"], r"argument --updates: expected a whole number >= 1, got '0'"),
+                       (["--max-tokens", "0"], r"argument --max-tokens: expected a whole number >= 1, got '0'"),
+                       (["--layers", "-1"], r"argument --layers: expected a whole number >= 1, got '-1'"),
+                       (["--archs", "transformer", "transformer_nope", "nope2"],
+                        r"--archs: transformer_nope, nope2: not an arch of fairseq or the plugin")):
+        with pytest.raises(SystemExit, match=rf"^deepnmt: error: {line}$"):
+            throughput.parse_arguments(["--data", "d", *argv])
+    assert throughput.parse_arguments(["--data", "d", "--archs", "transformer", "transformer_dyt"]).rounds == 30

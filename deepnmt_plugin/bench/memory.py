@@ -15,7 +15,8 @@ import subprocess
 import sys
 from typing import List
 
-from deepnmt_plugin.bench.throughput import DIMS
+from deepnmt_plugin.bench.depth import positive_int
+from deepnmt_plugin.bench.throughput import DIMS, unknown_archs
 from deepnmt_plugin.models.admin import set_analytic_omega
 from deepnmt_plugin.reproduce import USER_DIR, OneLineParser, data_bin
 
@@ -56,21 +57,6 @@ def one_step(data: str, arch: str, layers: int, dims: str, tokens: int) -> dict:
             "step_peak_mib": round(peak_mib() - built, 1)}
 
 
-def at_least_one(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value}: must be at least 1")
-    return value
-
-
-def unknown_archs(archs: List[str]) -> List[str]:
-    """The names among ``archs`` that neither fairseq nor the plugin registers."""
-    import deepnmt_plugin  # noqa: F401  (registers the plugin's archs)
-    from fairseq.models import ARCH_MODEL_REGISTRY
-
-    return [arch for arch in archs if arch not in ARCH_MODEL_REGISTRY]
-
-
 def measure(args) -> List[dict]:
     rows = []
     for arch in args.archs:
@@ -91,9 +77,9 @@ def main(argv=None) -> int:
     parser = OneLineParser("python -m deepnmt_plugin.bench.memory", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, help="a data-prep output (holding data-bin/) or a data-bin folder")
     parser.add_argument("--archs", nargs="+", default=ARCHS, help="the first is the reference (default: Pre-LN)")
-    parser.add_argument("--layers", type=at_least_one, default=50, help="encoder and decoder layers (default 50)")
+    parser.add_argument("--layers", type=positive_int, default=50, help="encoder and decoder layers (default 50)")
     parser.add_argument("--dims", choices=list(DIMS), default="tiny", help="embed-ffn-heads (default tiny: the study's)")
-    parser.add_argument("--tokens", type=at_least_one, default=1024, help="tokens a side of the batch (default 1024)")
+    parser.add_argument("--tokens", type=positive_int, default=1024, help="tokens a side of the batch (default 1024)")
     parser.add_argument("--csv", help="also write the rows here")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

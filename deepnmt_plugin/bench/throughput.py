@@ -38,12 +38,12 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.trainer import Trainer
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from deepnmt_plugin.bench.depth import positive_float
+from deepnmt_plugin.bench.depth import positive_float, positive_int
 from deepnmt_plugin.bench.flops import update_flops
 from deepnmt_plugin.compat import bf16_off_tpu
 from deepnmt_plugin.diagnostics import GROUPS, Diagnostics
 from deepnmt_plugin.models.admin import profile_admin, set_analytic_omega
-from deepnmt_plugin.reproduce import USER_DIR, data_bin
+from deepnmt_plugin.reproduce import USER_DIR, OneLineParser, data_bin
 
 ARCHS = ["transformer", "transformer_preln", "transformer_deepnorm", "transformer_tfixup", "transformer_admin"]
 DIMS = {  # embed, ffn, heads
@@ -278,21 +278,32 @@ def report(args, results: Dict[str, dict], peak: Optional[float], peak_line: str
     return "\n".join(lines)
 
 
+def unknown_archs(archs: List[str]) -> List[str]:
+    """The names among ``archs`` that neither fairseq nor the plugin registers."""
+    utils.import_user_module(argparse.Namespace(user_dir=USER_DIR))
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    return [arch for arch in archs if arch not in ARCH_MODEL_REGISTRY]
+
+
 def parse_arguments(argv=None):
-    parser = argparse.ArgumentParser("python -m deepnmt_plugin.bench.throughput", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser("python -m deepnmt_plugin.bench.throughput", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, help="a data-prep output (holding data-bin/) or a data-bin folder")
     parser.add_argument("--archs", nargs="+", default=ARCHS, help="the first is the baseline (default: transformer)")
     parser.add_argument("--dims", choices=list(DIMS), default="base", help="embed-ffn-heads, the same for every arch")
-    parser.add_argument("--layers", type=int, default=6, help="encoder and decoder layers")
-    parser.add_argument("--max-tokens", type=int, default=4096, help="tokens per update")
-    parser.add_argument("--rounds", type=int, default=30, help="rounds; each runs every arch on the same batches")
-    parser.add_argument("--updates", type=int, default=2, help="batches, trained by every arch in every round (short rounds cancel noise better)")
+    parser.add_argument("--layers", type=positive_int, default=6, help="encoder and decoder layers")
+    parser.add_argument("--max-tokens", type=positive_int, default=4096, help="tokens per update")
+    parser.add_argument("--rounds", type=positive_int, default=30, help="rounds; each runs every arch on the same batches")
+    parser.add_argument("--updates", type=positive_int, default=2, help="batches, trained by every arch in every round (short rounds cancel noise better)")
     parser.add_argument("--cpu", action="store_true", help="on the CPU even when CUDA is available")
     parser.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default="fp32",
                         help="fairseq's --fp16 / --bf16 (CUDA only), as the reproduction scripts train")
     parser.add_argument("--peak-tflops", type=positive_float,
                         help="the device's peak, for MFU (default: the card's datasheet peak; measured on the CPU)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if unknown := unknown_archs(args.archs):
+        parser.error(f"--archs: {', '.join(unknown)}: not an arch of fairseq or the plugin")
+    return args
 
 
 def main(argv=None) -> int:
