@@ -164,6 +164,12 @@ def shape_name(shape: Tuple[int, int]) -> str:
     return f"{shape[0]}L-{shape[1]}L"
 
 
+def parse_shape(name: str) -> Tuple[int, int]:
+    """``shape_name``'s inverse: ``18L-18L`` → (18, 18)."""
+    encoder, decoder = (int(part.rstrip("L")) for part in name.split("-"))
+    return encoder, decoder
+
+
 def shapes_of(groups) -> List[Tuple[int, int]]:
     return sorted({(encoder, decoder) for _, encoder, decoder in groups}, key=lambda s: (s[0] + s[1], s[0]))
 
@@ -216,7 +222,7 @@ def trained_on(extended: Path, groups: Dict[Tuple[str, int, int], List[dict]],
     whose committed seed-1 cell does not keep its 6L BLEU at the budget."""
     for directory in sorted(path for path in extended.iterdir() if path.is_dir()):
         method, shape_text = directory.name.rsplit("_", 1)
-        shape = tuple(int(part.rstrip("L")) for part in shape_text.split("-"))
+        shape = parse_shape(shape_text)
         six_layer = next(r["test_bleu"] for r in groups[(method, 6, 6)] if r.get("seed", 1) == 1)
         cell = next(r for r in groups[(method, *shape)] if r.get("seed", 1) == 1)
         if standing(cell["test_bleu"] or 0.0, six_layer, bool(failures([cell]))) == KEEPS_BLEU:
@@ -324,7 +330,7 @@ def rewrite_seed_tables(text: str, groups: Dict[Tuple[str, int, int], List[dict]
         recipes, beside, shapes = start.groups()
         text = splice(text, start.group(0), seed_table(
             groups, recipes.split(), (beside or "").split(),
-            None if shapes is None else [tuple(int(n) for n in name.replace("L", "").split("-")) for name in shapes.split()]))
+            None if shapes is None else [parse_shape(name) for name in shapes.split()]))
     return text
 
 

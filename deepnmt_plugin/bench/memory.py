@@ -16,8 +16,8 @@ import sys
 from typing import List
 
 from deepnmt_plugin.bench.depth import positive_int
-from deepnmt_plugin.bench.throughput import DIMS, unknown_archs
-from deepnmt_plugin.models.admin import set_analytic_omega
+from deepnmt_plugin.bench.throughput import DIMS, refuse_unknown_archs
+from deepnmt_plugin.models.admin import set_omega_without_data
 from deepnmt_plugin.reproduce import USER_DIR, OneLineParser, data_bin
 
 ARCHS = ["transformer_preln", "transformer_dlcl", "transformer_denseformer", "transformer_hyper"]
@@ -43,9 +43,7 @@ def one_step(data: str, arch: str, layers: int, dims: str, tokens: int) -> dict:
         *[str(x) for pair in zip(flags, values) for x in pair]])
     task = tasks.setup_task(args)
     model = task.build_model(args)
-    if hasattr(model, "admin_initialized"):  # Admin: omega set without data, as the throughput tool does
-        set_analytic_omega(model)
-        model.admin_initialized.fill_(True)
+    set_omega_without_data(model)  # Admin refuses to train with omega unset
     torch.manual_seed(0)
     side = int(tokens**0.5)  # side x side tokens a side of the batch
     vocabulary = len(task.source_dictionary)
@@ -87,8 +85,7 @@ def main(argv=None) -> int:
     if args.worker:
         print(json.dumps(one_step(data, args.archs[0], args.layers, args.dims, args.tokens)))
         return 0
-    if unknown := unknown_archs(args.archs):
-        parser.error(f"--archs: {', '.join(unknown)}: not an arch of fairseq or the plugin")
+    refuse_unknown_archs(parser, args.archs)
     args.data = data
     rows = measure(args)
     print(f"| arch | layers | step peak above the built model (MiB) | vs {rows[0]['arch']} |\n|---|---|---|---|")

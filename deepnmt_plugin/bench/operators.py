@@ -16,7 +16,7 @@ from typing import Dict, List
 
 from deepnmt_plugin.bench.runs import METHODS
 from deepnmt_plugin.bench.throughput import build_trainer, fixed_batches, operators_per_update, parse_arguments
-from deepnmt_plugin.models.admin import set_analytic_omega
+from deepnmt_plugin.models.admin import set_omega_without_data
 from deepnmt_plugin.reproduce import data_bin
 
 ARCHS = ["transformer", *(arch for arch in dict.fromkeys(METHODS.values()) if arch != "transformer")]
@@ -33,9 +33,7 @@ def count(data: str, archs: List[str], layers: int = 6, dims: str = "tiny", max_
     counts, batch = {}, None
     for arch in archs:
         trainer = build_trainer(args, arch)
-        if hasattr(trainer.model, "admin_initialized"):  # omega without profiling: profiling runs once, not per update
-            set_analytic_omega(trainer.model)
-            trainer.model.admin_initialized.fill_(True)
+        set_omega_without_data(trainer.model)  # Admin's profiling runs once, not per update
         batch = batch or fixed_batches(trainer, 1)[0]
         trainer.train_step([batch])
         counts[arch] = operators_per_update(trainer, batch)

@@ -42,7 +42,7 @@ from deepnmt_plugin.bench.depth import positive_float, positive_int
 from deepnmt_plugin.bench.flops import update_flops
 from deepnmt_plugin.compat import bf16_off_tpu
 from deepnmt_plugin.diagnostics import GROUPS, Diagnostics
-from deepnmt_plugin.models.admin import profile_admin, set_analytic_omega
+from deepnmt_plugin.models.admin import profile_admin, set_omega_without_data
 from deepnmt_plugin.reproduce import USER_DIR, OneLineParser, data_bin
 
 ARCHS = ["transformer", "transformer_preln", "transformer_deepnorm", "transformer_tfixup", "transformer_admin"]
@@ -219,9 +219,7 @@ def batches_flops(trainer, batches: list) -> int:
 def measure(args) -> Dict[str, dict]:
     trainers = {arch: build_trainer(args, arch) for arch in args.archs}
     for trainer in trainers.values():
-        if hasattr(trainer.model, "admin_initialized"):  # omega set without data: profiling is timed separately
-            set_analytic_omega(trainer.model)
-            trainer.model.admin_initialized.fill_(True)
+        set_omega_without_data(trainer.model)  # Admin's profiling is timed separately
     # every round trains on the same batches: a batch shape seen for the first time costs extra (CUDA
     # kernel selection, allocator growth), so each arch first sees them all untimed
     batches = fixed_batches(trainers[args.archs[0]], args.updates)
@@ -278,12 +276,13 @@ def report(args, results: Dict[str, dict], peak: Optional[float], peak_line: str
     return "\n".join(lines)
 
 
-def unknown_archs(archs: List[str]) -> List[str]:
-    """The names among ``archs`` that neither fairseq nor the plugin registers."""
+def refuse_unknown_archs(parser: argparse.ArgumentParser, archs: List[str]) -> None:
+    """``parser.error`` naming the archs that neither fairseq nor the plugin registers, before anything is built."""
     utils.import_user_module(argparse.Namespace(user_dir=USER_DIR))
     from fairseq.models import ARCH_MODEL_REGISTRY
 
-    return [arch for arch in archs if arch not in ARCH_MODEL_REGISTRY]
+    if unknown := [arch for arch in archs if arch not in ARCH_MODEL_REGISTRY]:
+        parser.error(f"--archs: {', '.join(unknown)}: not an arch of fairseq or the plugin")
 
 
 def parse_arguments(argv=None):
@@ -301,8 +300,7 @@ def parse_arguments(argv=None):
     parser.add_argument("--peak-tflops", type=positive_float,
                         help="the device's peak, for MFU (default: the card's datasheet peak; measured on the CPU)")
     args = parser.parse_args(argv)
-    if unknown := unknown_archs(args.archs):
-        parser.error(f"--archs: {', '.join(unknown)}: not an arch of fairseq or the plugin")
+    refuse_unknown_archs(parser, args.archs)
     return args
 
 
