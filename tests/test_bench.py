@@ -707,7 +707,8 @@ def test_study_seeds_and_unequal_stacks(toy_data, tmp_path, capsys, monkeypatch)
 def test_a_cell_records_the_environment_it_started_training_under(toy_data, tmp_path, monkeypatch):
     """The record names the environment read as training starts (a commit made while a cell trains is not its);
     train.json keeps the seconds and peak RSS so far while it trains (a killed driver loses at most MEASURE_EVERY
-    seconds of them), and a resume under another environment is named beside the first."""
+    seconds of them), and a resume under another environment is named beside the first. A cell stopped after its
+    last save is not trained again: fairseq would take one update past the budget."""
     from deepnmt_plugin.bench import study
 
     monkeypatch.chdir(REPO)
@@ -719,33 +720,48 @@ def test_a_cell_records_the_environment_it_started_training_under(toy_data, tmp_
     workdir = tmp_path / "study"
     arguments = ["--data", str(toy_data), "--preset", "study-micro", "--methods", "preln", "--depths", "1",
                  "--workdir", str(workdir), "--cpu"]
-    assert depth.main(arguments) == 0
     cell = workdir / "preln_1L-1L"
+    starts = "| fairseq_cli.train | task: "  # one line per fairseq-train start
+
+    def killed(record: dict) -> None:
+        """What a driver killed while fairseq-train ran leaves: train.json as last measured, no scores, no record."""
+        (cell / "train.json").write_text(json.dumps({**record, "returncode": None}))
+        for name in ("result.json", "scores.json", "generate.txt"):
+            (cell / name).unlink()
+
+    assert depth.main([*arguments, "--max-update", "2"]) == 0  # stands for a run stopped at its checkpoint of update 2
     first = study_cell(workdir, cell.name)
-    assert first["environment"] == {"commit": "commit-1"} and "resumed_under" not in first
+    assert first["environment"] == {"commit": "commit-1"} and "resumed_under" not in first and first["updates"] == 2
     kept = json.loads((cell / "train.json").read_text())
     assert measured and kept["returncode"] == 0 and kept["environments"] == [{"commit": "commit-1"}]
     assert first["seconds"] == round(kept["seconds"]) and kept["seconds"] > 0 and kept["rss_kib"] > 1
 
-    # what a driver killed mid-training leaves: train.json as last measured, no record; the rerun resumes
-    (cell / "train.json").write_text(json.dumps({**kept, "returncode": None}))
-    (cell / "result.json").unlink()
+    # killed mid-training: the rerun resumes from update 2 under its own environment, named beside the first
+    killed(kept)
     assert depth.main(arguments) == 0
     resumed = study_cell(workdir, cell.name)
     assert resumed["environment"] == {"commit": "commit-1"} and resumed["resumed_under"] == [{"commit": "commit-2"}]
-    assert resumed["seconds"] >= first["seconds"] and resumed["test_bleu"] == first["test_bleu"]
+    assert resumed["seconds"] >= first["seconds"] and resumed["updates"] == 4
+    log = (cell / "train.log").read_text()
+    assert log.count(starts) == 2 and "@ 2 updates)" in log
+
+    # killed after its last save, before fairseq-train exited: the checkpoint at the budget is the cell's
+    killed(json.loads((cell / "train.json").read_text()))
+    assert depth.main(arguments) == 0
+    saved = study_cell(workdir, cell.name)
+    assert (cell / "train.log").read_text() == log and saved["updates"] == 4
+    assert {key: saved[key] for key in ("resumed_under", "test_bleu", "valid_loss", "seconds")} == {
+        key: resumed[key] for key in ("resumed_under", "test_bleu", "valid_loss", "seconds")}
 
     # a start stopped before its first checkpoint: the next trains from scratch, and its record is that start's alone
     (cell / "train.json").write_text(json.dumps({**kept, "seconds": 1e6, "returncode": None}))
     (cell / "result.json").unlink()
     shutil.rmtree(cell / "checkpoints")
-    log = (cell / "train.log").read_text()
     assert depth.main(arguments) == 0
     restarted = study_cell(workdir, cell.name)
     assert restarted["environment"] == {"commit": "commit-3"} and "resumed_under" not in restarted
-    starts = "| fairseq_cli.train | task: "  # one line per fairseq-train start
-    assert log.count(starts) == 2 and (cell / "train.log").read_text().count(starts) == 1 and restarted["seconds"] < 1e6
-    assert restarted["update_norm"] == first["update_norm"] and restarted["test_bleu"] == first["test_bleu"]
+    assert (cell / "train.log").read_text().count(starts) == 1 and restarted["seconds"] < 1e6
+    assert restarted["update_norm"][:1] == first["update_norm"][:1] and restarted["updates"] == 4
 
 
 def test_the_depth_plots_draw_a_checkpointed_cell_only_where_no_plain_cell_of_its_shape_is():

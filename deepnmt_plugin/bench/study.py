@@ -8,7 +8,8 @@ sacreBLEU; the 1,000-layer cells (DeepNorm and Post-LN at 500L-500L) and a 100L-
 with ``--checkpoint-activations``, and each cell's peak RSS is measured (``os.wait4``).
 
 Resumable at every level: a cell whose ``result.json`` exists is reused; a cell stopped mid-training
-resumes from its ``checkpoint_last.pt`` (fairseq's own resume, saved every ``save_interval`` updates);
+resumes from its ``checkpoint_last.pt`` (fairseq's own resume, saved every ``save_interval`` updates), and one
+stopped after the save at its last update is scored, not trained on;
 generation and scoring are skipped when their outputs exist; a crashed cell (not a divergence) keeps no
 ``result.json``: the study names it, exits 1, and the next invocation resumes it. A cell is locked while it trains, so
 a second study on the same ``--workdir`` skips it, saying so; its trainer, generate and scoring die with the study,
@@ -251,6 +252,16 @@ def last_update(log: str) -> int:
     return int(updates[-1]) if updates else 0
 
 
+def trained_updates(checkpoint: Path) -> int:
+    """The updates a fairseq checkpoint was saved at; 0 where there is none."""
+    if not checkpoint.exists():
+        return 0
+    import torch
+
+    state = torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=False)  # mmap: no copy of the weights
+    return state["optimizer_history"][-1]["num_updates"]
+
+
 def run_cell(args, cell: Cell, preset: StudyPreset, threads: Optional[int]) -> dict:
     """Train (resuming), generate, score; returns and keeps the cell's result. CellBusy where another driver holds the
     cell's lock."""
@@ -268,6 +279,11 @@ def run_cell(args, cell: Cell, preset: StudyPreset, threads: Optional[int]) -> d
         progress = read_record(progress_path) or {"seconds": 0.0, "rss_kib": 0}
         log = log_path.read_text() if log_path.exists() else ""
         command = train_command(args.data_bin, cell, preset, save_dir, cpu=args.cpu)
+        if (progress.get("returncode") != 0 and not diverged_log(log)
+                and trained_updates(save_dir / "checkpoint_last.pt") >= (cell.max_update or preset.max_update)):
+            # stopped between its last save and its exit: fairseq 0.12 takes a step before it reads --max-update, so
+            # a resume would train one update past the budget; the log holds the final validation (it precedes a save)
+            progress = {**progress, "returncode": 0}
         if progress.get("returncode") != 0 and not diverged_log(log):  # not finished: train, or resume
             if not (save_dir / "checkpoint_last.pt").exists():  # a start stopped before its first checkpoint left
                 progress, log = {"seconds": 0.0, "rss_kib": 0}, ""  # nothing to resume: this start's record is its own
