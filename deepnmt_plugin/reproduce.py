@@ -297,8 +297,12 @@ class Reproduction:
             directory.mkdir(parents=True, exist_ok=True)
             print(f"{label} {step} ... (log: {log})", flush=True)
             started = time.time()
-            # training resumes from checkpoint_last.pt: its log keeps every attempt's lines, as the checkpoint does
-            returncode = run_logged(command, log, echo=step == "train", append=step == "train")
+            # (not on several nodes: the others would wait at their rendezvous for node 0)
+            if step == "train" and self.args.nnodes == 1 and saved_at_budget(command):
+                print(f"{label} train: its checkpoint_last.pt is at --max-update: finished before its exit", flush=True)
+                returncode = 0
+            else:  # training resumes from checkpoint_last.pt: its log keeps every attempt's lines, as the checkpoint does
+                returncode = run_logged(command, log, echo=step == "train", append=step == "train")
             # a crash that is not a divergence (a bad flag, out of memory) stops the table instead: rerun after the fix
             if step == "train" and diverged_log(log.read_text()):
                 (directory / "diverged").write_text(f"fairseq-train exit code {returncode}\n")
@@ -333,6 +337,23 @@ class Reproduction:
                           "the same arguments in another order")
             raise SystemExit(f"deepnmt: error: {label} {step} was done with another command ({difference}): its "
                              f"result is not this run's; give another --workdir, or delete {directory} to redo it")
+
+
+def saved_at_budget(command: List[str]) -> bool:
+    """Whether fairseq-train ``command``'s ``checkpoint_last.pt`` was saved at its ``--max-update``: the run stopped
+    between that save and its exit. Rerun, fairseq 0.12 would train one update past the budget (it takes a step
+    before it reads --max-update)."""
+    def last(flag: str) -> Optional[str]:  # argparse keeps a repeated flag's last value
+        return command[len(command) - command[::-1].index(flag)] if flag in command else None
+
+    max_update, save_dir = last("--max-update"), last("--save-dir")
+    checkpoint = Path(save_dir or "checkpoints") / "checkpoint_last.pt"  # fairseq's default save dir
+    if not max_update or int(max_update) <= 0 or not checkpoint.exists():  # 0: no budget in updates
+        return False
+    import torch
+
+    state = torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=False)  # mmap: the weights stay unread
+    return state["optimizer_history"][-1]["num_updates"] >= int(max_update)
 
 
 def run_logged(command: List[str], log: Path, echo: bool, append: bool = False) -> int:

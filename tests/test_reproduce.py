@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from conftest import REPO
@@ -491,6 +492,19 @@ def test_smoke_run_of_a_table_end_to_end(toy_data, tmp_path):
                         "--methods", "postln", "admin", "--seeds", "1", "--workdir", str(tmp_path)])
     assert rerun.getvalue().count("done before") == 8
     assert not (tmp_path / "admin_iwslt14_de_en").exists()  # the table's own runs never find a smoke run's steps
+
+    # stopped after its last save, before fairseq-train exited: the run is not stepped past its --max-update
+    run = tmp_path / "admin_iwslt14_de_en_smoke" / "postln_6L_seed1"
+    (run / "train.done").unlink()
+    trained = (run / "train.log").read_text()
+    resumed = io.StringIO()
+    with contextlib.redirect_stdout(resumed):
+        reproduce.main([str(REPO / "configs" / "admin_iwslt14_de_en.yaml"), "--data", str(toy_data), "--smoke",
+                        "--methods", "postln", "--seeds", "1", "--workdir", str(tmp_path)])
+    assert "postln_6L_seed1 train: its checkpoint_last.pt is at --max-update: finished before its exit" in resumed.getvalue()
+    assert (run / "train.log").read_text() == trained and (run / "train.done").exists()
+    last = torch.load(run / "checkpoints" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert last["optimizer_history"][-1]["num_updates"] == 20
 
     config = yaml.safe_load((REPO / "configs" / "admin_iwslt14_de_en.yaml").read_text())
     config["generate"] = [*config["generate"], "--lenpen", "0.6"]

@@ -47,7 +47,7 @@ from deepnmt_plugin.bench.runs import (FAILED, FAILS, FINISHED, IGNORES_SOURCE, 
 from deepnmt_plugin.compat import atomic_write
 from deepnmt_plugin.processes import children_stop_with_driver, owned_process, run_owned
 from deepnmt_plugin.provenance import provenance, recorded_command
-from deepnmt_plugin.reproduce import DIVERGED, USER_DIR, diverged_log
+from deepnmt_plugin.reproduce import DIVERGED, USER_DIR, diverged_log, saved_at_budget
 
 RESULT_COLUMNS = ["method", "encoder_layers", "decoder_layers", "seed", "updates", "valid_loss", "test_bleu", "diverged",
                   "peak_rss_gib", "verdict"]
@@ -252,16 +252,6 @@ def last_update(log: str) -> int:
     return int(updates[-1]) if updates else 0
 
 
-def trained_updates(checkpoint: Path) -> int:
-    """The updates a fairseq checkpoint was saved at; 0 where there is none."""
-    if not checkpoint.exists():
-        return 0
-    import torch
-
-    state = torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=False)  # mmap: no copy of the weights
-    return state["optimizer_history"][-1]["num_updates"]
-
-
 def run_cell(args, cell: Cell, preset: StudyPreset, threads: Optional[int]) -> dict:
     """Train (resuming), generate, score; returns and keeps the cell's result. CellBusy where another driver holds the
     cell's lock."""
@@ -279,11 +269,8 @@ def run_cell(args, cell: Cell, preset: StudyPreset, threads: Optional[int]) -> d
         progress = read_record(progress_path) or {"seconds": 0.0, "rss_kib": 0}
         log = log_path.read_text() if log_path.exists() else ""
         command = train_command(args.data_bin, cell, preset, save_dir, cpu=args.cpu)
-        if (progress.get("returncode") != 0 and not diverged_log(log)
-                and trained_updates(save_dir / "checkpoint_last.pt") >= (cell.max_update or preset.max_update)):
-            # stopped between its last save and its exit: fairseq 0.12 takes a step before it reads --max-update, so
-            # a resume would train one update past the budget; the log holds the final validation (it precedes a save)
-            progress = {**progress, "returncode": 0}
+        if progress.get("returncode") != 0 and not diverged_log(log) and saved_at_budget(command):
+            progress = {**progress, "returncode": 0}  # the log holds the final validation: fairseq's precedes its save
         if progress.get("returncode") != 0 and not diverged_log(log):  # not finished: train, or resume
             if not (save_dir / "checkpoint_last.pt").exists():  # a start stopped before its first checkpoint left
                 progress, log = {"seconds": 0.0, "rss_kib": 0}, ""  # nothing to resume: this start's record is its own
