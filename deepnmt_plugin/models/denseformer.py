@@ -10,7 +10,9 @@ average goes through the stack's final LayerNorm (``ln_f``).
 The code's sparsity options: ``--denseformer-dilation k`` (its ``dilation``): the average after layer i reads only
 X_j with j = i mod k (X_0 in the group of multiples of k); ``--denseformer-period p`` (its ``dwa_period``): an
 average after every p-th layer only, the others' outputs passed on as they are. Both 1 by default (the paper's
-DenseFormer; its 48-layer models use 4x5 as a faster variant).
+DenseFormer; its 48-layer models use 4x5 as a faster variant). Each stack must keep an average that reads an earlier
+output: a period longer than a stack (no average: its weights unused) or a dilation longer than its last averaged layer
+(each average a scale of its own layer's output) is refused.
 
 The weights index layers by position, so LayerDrop and pruning are refused, as for DLCL, whose history
 (``layer_history``: one matrix-vector product per average, memory linear in depth) computes the averages. fairseq's
@@ -25,7 +27,7 @@ from torch import Tensor
 
 from deepnmt_plugin.models.dlcl import refuse_removing_layers
 from deepnmt_plugin.models.layer_history import HistoryConnection, weighted_sum
-from deepnmt_plugin.models.method import DeepMethod, refuse_below_one, register_method
+from deepnmt_plugin.models.method import ArchitectureError, DeepMethod, refuse_below_one, register_method
 
 
 def dwa_mask(num_layers: int, dilation: int) -> Tensor:
@@ -91,6 +93,15 @@ class DenseFormer(DeepMethod):
         super().check_args(args, arch)
         refuse_below_one(args, self.flag_names)
         refuse_removing_layers(args, arch, "DenseFormer")
+        for side, layers in (("encoder", self.encoder_layers), ("decoder", self.decoder_layers)):
+            last = layers // self.period * self.period  # the last layer an average follows
+            if last == 0:  # the stack would be Pre-LN, its weights never used
+                raise ArchitectureError(f"--denseformer-period {self.period}: the {side}'s {layers} layers would hold "
+                                        f"no average (one every {self.period} layers); give at most {layers}")
+            if self.dilation > last:  # every average would be a scale of its own layer's output
+                raise ArchitectureError(f"--denseformer-dilation {self.dilation}: no average of the {side}'s {layers} "
+                                        f"layers would read an earlier output (the one after layer i reads layers "
+                                        f"i - {self.dilation}, i - {2 * self.dilation}, ...); give at most {last}")
 
     def stack_connection(self, side: str, embed_dim: int, num_layers: int) -> nn.Module:
         return DepthWeightedAverage(num_layers, self.dilation, self.period)

@@ -13,8 +13,6 @@ tune it, larger for the norms before attention than for the others, and smaller 
 same). fairseq's initialisation is kept.
 """
 
-import math
-
 import torch
 import torch.nn as nn
 from torch import Tensor
@@ -22,6 +20,7 @@ from torch import Tensor
 from deepnmt_plugin.models.method import ArchitectureError, DeepMethod, register_method
 
 DEFAULT_ALPHA_INIT = 0.5
+FLOAT32 = torch.finfo(torch.float32)
 ATTENTION_ROLES = ("self_attn", "encoder_attn")
 
 
@@ -75,9 +74,11 @@ class DyT(DeepMethod):
         super().check_args(args, arch)
         for flag, value in (("--dyt-alpha-init", self.alpha_init),
                             ("--dyt-attention-alpha-init", self.attention_alpha_init)):
-            if not 0 < value < math.inf:  # also refuses nan
-                raise ArchitectureError(f"{flag} {value:g}: alpha_0 must be positive and finite "
-                                        "(tanh(0 * x) is 0 for every input, tanh(inf * 0) is nan)")
+            # alpha is a float32 parameter: a value that rounds to 0 or overflows there is refused too; also nan
+            if not FLOAT32.tiny <= value <= FLOAT32.max:
+                raise ArchitectureError(f"{flag} {value:g}: alpha_0 must be positive and finite, as a float32 "
+                                        f"({FLOAT32.tiny:.3g} to {FLOAT32.max:.3g}; tanh(0 * x) is 0 for every input, "
+                                        "tanh(inf * 0) is nan)")
 
     def norm(self, role, dim, layer_number, export):
         return DynamicTanh(dim, self.attention_alpha_init if role in ATTENTION_ROLES else self.alpha_init)

@@ -254,6 +254,11 @@ class DeepMethod:
                     f"{flag} contradicts --arch {arch}: {self.name} is "
                     + ("Pre-LN and always sets it" if wants_pre else "a Post-LN layout; drop the flag")
                 )
+        replaces_projections = self.sub_layer_norm or self.qkv_norm or type(self).linear is not DeepMethod.linear
+        if replaces_projections and getattr(args, "quant_noise_scalar", 0) > 0:  # its swap is looked up by exact class
+            raise ArchitectureError(f"--quant-noise-scalar is not supported by --arch {arch}: fairseq's scalar "
+                                    f"quantization swaps each nn.Linear for its own, and {self.name} replaces "
+                                    "projections with its own")
         if self.layer_norm == "none" and getattr(args, "layernorm_embedding", False):
             raise ArchitectureError(
                 f"--layernorm-embedding contradicts --arch {arch}: {self.name} removes every LayerNorm"

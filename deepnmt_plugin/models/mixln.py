@@ -18,8 +18,10 @@ DEFAULT_ALPHA = 0.25
 
 
 def mixln_post_layers(alpha: float, num_layers: int) -> int:
-    """How many of a stack's ``num_layers`` layers, from the bottom, are Post-LN: floor(alpha * L)."""
-    return math.floor(alpha * num_layers + 1e-9)  # 0.3 * 10 is 2.9999999999999996 in floating point
+    """How many of a stack's ``num_layers`` layers, from the bottom, are Post-LN: floor(alpha * L), at most L - 1 (alpha
+    < 1 leaves the top layer Pre-LN, where the rounding below made an alpha within 1e-9 of 1 all Post-LN)."""
+    # 0.3 * 10 is 2.9999999999999996 in floating point
+    return min(math.floor(alpha * num_layers + 1e-9), num_layers - 1)
 
 
 @register_method

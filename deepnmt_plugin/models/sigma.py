@@ -12,7 +12,8 @@ projection is the shared embedding). u is a buffer saved with the model: an eval
 updating it, as the code's, so generation uses the estimate training left.
 
 The layout is Post-LN, the paper's translation setting (it trains Post-LN to 100L-100L without warmup; the depth study
-runs it without warmup, as Pre-LN and T-Fixup). Quant-noise, which hooks the projections replaced here, is refused.
+runs it without warmup, as Pre-LN and T-Fixup). Quant-noise, which hooks the projections replaced here
+(``--quant-noise-pq``) or swaps them for fairseq's own (``--quant-noise-scalar``), is refused.
 """
 
 import math
@@ -100,3 +101,15 @@ class SigmaReparam(DeepMethod):
                 for module in layer.modules():
                     if isinstance(module, SigmaReparamLinear):
                         spectral_init_(module, 0.02 * self.init_gain)
+                        self.refuse_unresolved_sigma(module)
+
+    def refuse_unresolved_sigma(self, linear: SigmaReparamLinear) -> None:
+        """A gain so small that the drawn W's spectral norm is under F.normalize's floor (1e-12) leaves the power
+        iteration's estimate wrong (``W_hat != W`` at init), then 0 (nan in the first forward): refused, in one line
+        while the model is built, since it depends on the drawn weights."""
+        with torch.no_grad():
+            estimate = linear.sigma()  # under no_grad: u is not updated
+        if not (linear.gamma[0] > 0 and torch.isclose(estimate, linear.gamma[0], rtol=1e-3, atol=0)):  # W = 0: 0 / 0
+            raise ArchitectureError(f"--sigma-init-gain {self.init_gain:g}: weights drawn with std "
+                                    f"{0.02 * self.init_gain:.3g} have a spectral norm of {linear.gamma.item():.3g}, "
+                                    "under what σReparam's power iteration resolves (1e-12); give a larger gain")
