@@ -350,9 +350,12 @@ def saved_at_budget(command: List[str]) -> bool:
     checkpoint = Path(save_dir or "checkpoints") / "checkpoint_last.pt"  # fairseq's default save dir
     if not max_update or int(max_update) <= 0 or not checkpoint.exists():  # 0: no budget in updates
         return False
-    import torch
+    from fairseq import checkpoint_utils
 
-    state = torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=False)  # mmap: the weights stay unread
+    try:
+        state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))
+    except compat.CorruptCheckpointError:  # torn: fairseq-train resumes from the newest intact one (compat)
+        return False
     return state["optimizer_history"][-1]["num_updates"] >= int(max_update)
 
 

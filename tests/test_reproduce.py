@@ -533,3 +533,15 @@ def test_a_crash_that_is_not_a_divergence_stops_the_table_and_is_not_marked_dive
             reproduce.main([str(config_path), "--data", str(toy_data), "--smoke", "--seeds", "1", "--workdir", str(tmp_path)])
     run = tmp_path / "broken_table_smoke" / "broken_6L_seed1"
     assert not (run / "diverged").exists() and "unrecognized arguments: --no-such-flag" in (run / "train.log").read_text()
+
+
+def test_a_torn_or_missing_checkpoint_last_is_not_taken_for_a_finished_run(tmp_path):
+    """Only a checkpoint_last.pt that loads and was saved at --max-update stops a rerun (the smoke test above and the
+    study's environment test); a torn one is left to fairseq-train, which resumes from the newest intact checkpoint
+    (tests/test_reliability_resume.py)."""
+    command = ["fairseq-train", "data-bin", "--max-update", "5", "--save-dir", str(tmp_path)]
+    assert not reproduce.saved_at_budget(command)  # none saved yet
+    (tmp_path / "checkpoint_last.pt").write_bytes(b"PK\x03\x04torn")
+    assert not reproduce.saved_at_budget(command)
+    torch.save({"optimizer_history": [{"num_updates": 5}]}, tmp_path / "checkpoint_last.pt")  # not a fairseq one
+    assert not reproduce.saved_at_budget(command)
