@@ -269,9 +269,10 @@ def run_cell(args, cell: Cell, preset: StudyPreset, threads: Optional[int]) -> d
         progress = read_record(progress_path) or {"seconds": 0.0, "rss_kib": 0}
         log = log_path.read_text() if log_path.exists() else ""
         command = train_command(args.data_bin, cell, preset, save_dir, cpu=args.cpu)
-        if progress.get("returncode") != 0 and not diverged_log(log) and saved_at_budget(command):
-            progress = {**progress, "returncode": 0}  # the log holds the final validation: fairseq's precedes its save
-        if progress.get("returncode") != 0 and not diverged_log(log):  # not finished: train, or resume
+        unfinished = progress.get("returncode") != 0 and not diverged_log(log)
+        if unfinished and saved_at_budget(command):  # the log holds the final validation: fairseq's precedes its save
+            progress, unfinished = {**progress, "returncode": 0}, False
+        if unfinished:  # train, or resume
             if not (save_dir / "checkpoint_last.pt").exists():  # a start stopped before its first checkpoint left
                 progress, log = {"seconds": 0.0, "rss_kib": 0}, ""  # nothing to resume: this start's record is its own
                 log_path.write_text("")
